@@ -1,0 +1,88 @@
+// Package meshtun_test holds repository-wide checks. deps_test keeps the
+// package import directions of ARCHITECTURE.md true.
+package meshtun_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/meshtun/meshtun"
+
+// allowed lists, for each package, the module's own packages it may import
+// and the external module prefixes it may import. The standard library is
+// always allowed.
+var allowed = map[string]struct {
+	internal []string
+	external []string
+}{
+	"config":      {nil, []string{"github.com/BurntSushi/toml"}},
+	"tun":         {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
+	"tun/tuntest": {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
+	"netstack":    {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
+	"hbone":       {nil, []string{"golang.org/x/net", "github.com/hashicorp/go-hclog"}},
+	"hbone/devca": {[]string{"hbone"}, nil},
+	"gateway":     {[]string{"config", "tun", "netstack", "hbone"}, []string{"github.com/hashicorp/go-hclog"}},
+}
+
+func TestPackageDependencies(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		rule, ok := allowed[pkg]
+		if !ok {
+			continue // commands, examples, bench and internal helpers may import anything
+		}
+		for _, imp := range fields[1:] {
+			if !strings.Contains(strings.Split(imp, "/")[0], ".") {
+				continue // standard library
+			}
+			if strings.HasPrefix(imp, module+"/") {
+				own := strings.TrimPrefix(imp, module+"/")
+				if !contains(rule.internal, own) {
+					t.Errorf("%s imports %s: not allowed by ARCHITECTURE.md", pkg, own)
+				}
+				continue
+			}
+			if !hasPrefix(rule.external, imp) {
+				t.Errorf("%s imports %s: not an allowed dependency", pkg, imp)
+			}
+		}
+	}
+}
+
+// Every package says what it owns in a doc comment.
+func TestPackageDocs(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{if .Doc}}ok{{else}}missing{{end}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasSuffix(line, " missing") {
+			t.Errorf("package %s has no doc comment", strings.Fields(line)[0])
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefix(prefixes []string, s string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

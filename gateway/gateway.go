@@ -1,0 +1,254 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/netstack"
+	"github.com/meshtun/meshtun/tun"
+)
+
+// Gateway is one node's meshtun. Make it with New, run it with Run.
+type Gateway struct {
+	cfg       *config.Config
+	log       hclog.Logger
+	accessLog hclog.Logger // nil when the access log is off
+	router    *Router
+	cert      tls.Certificate
+	identity  string // our SPIFFE ID
+	roots     *x509.CertPool
+
+	// ownPorts are the ports this gateway listens on; inbound streams to
+	// them on one of this host's addresses are refused (a loop).
+	ownPorts map[uint16]bool
+	ownAddrs map[netip.Addr]bool
+
+	pool     *hbone.Pool
+	server   *hbone.Server
+	ready    atomic.Bool
+	draining atomic.Bool
+	flows    sync.WaitGroup
+}
+
+// New loads what the gateway needs from cfg (certificates, trust bundle)
+// and builds its routing table. It opens no device and no socket. cfg
+// must come from config.Load (or Parse) without error.
+func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	cert, id, err := hbone.LoadKeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tls.cert/tls.key: %w", err)
+	}
+	if td, _ := hbone.ParseID(id); td != cfg.Gateway.TrustDomain {
+		return nil, fmt.Errorf("gateway: tls.cert: identity %s is not in gateway.trust_domain %q", id, cfg.Gateway.TrustDomain)
+	}
+	bundle, err := os.ReadFile(cfg.TLS.TrustBundle)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tls.trust_bundle: %w", err)
+	}
+	roots, err := hbone.LoadRoots(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tls.trust_bundle %s: %w", cfg.TLS.TrustBundle, err)
+	}
+	g := &Gateway{
+		cfg:      cfg,
+		log:      log.Named("gateway"),
+		router:   NewRouter(cfg),
+		cert:     cert,
+		identity: id,
+		roots:    roots,
+		ownPorts: make(map[uint16]bool),
+		ownAddrs: make(map[netip.Addr]bool),
+	}
+	if cfg.Log.AccessLog {
+		g.accessLog = log.Named("access")
+	}
+	for _, l := range []string{cfg.HBONE.Listen, cfg.Admin.Listen, cfg.Admin.Metrics, cfg.Admin.Readiness} {
+		if ap, err := netip.ParseAddrPort(l); err == nil {
+			g.ownPorts[ap.Port()] = true
+		}
+	}
+	return g, nil
+}
+
+// Identity is the SPIFFE ID this gateway presents.
+func (g *Gateway) Identity() string { return g.identity }
+
+// Run starts the gateway and blocks until ctx is cancelled, then drains
+// and shuts down. It returns an error if anything fails to start; what it
+// had started by then is undone.
+func (g *Gateway) Run(ctx context.Context) (err error) {
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	g.loadOwnAddrs()
+
+	pool, err := hbone.NewPool(hbone.PoolOptions{
+		Certificate:       g.cert,
+		Roots:             g.roots,
+		MaxStreamsPerConn: g.cfg.HBONE.MaxStreamsPerConn,
+		IdleTimeout:       g.cfg.HBONE.IdleTimeout.Duration,
+		ConnectTimeout:    g.cfg.HBONE.ConnectTimeout.Duration,
+		Logger:            g.log.Named("hbone"),
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g.pool = pool
+	closers = append(closers, func() { pool.Close() })
+
+	// Listeners first: a port in use is the likeliest start-up failure,
+	// and it should be reported before the device is touched.
+	var hboneLn net.Listener
+	if g.cfg.HBONE.Listen != "" {
+		hboneLn, err = net.Listen("tcp", g.cfg.HBONE.Listen)
+		if err != nil {
+			return fmt.Errorf("gateway: hbone.listen: %w", err)
+		}
+		closers = append(closers, func() { hboneLn.Close() })
+		srv, err := hbone.NewServer(hbone.ServerOptions{
+			Certificate: g.cert,
+			Roots:       g.roots,
+			TrustDomain: g.cfg.Gateway.TrustDomain,
+			Handler:     g.handleInbound,
+			Logger:      g.log.Named("hbone"),
+		})
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		g.server = srv
+		closers = append(closers, func() { srv.Close() })
+	}
+	var readyLn net.Listener
+	if g.cfg.Admin.Readiness != "" {
+		readyLn, err = net.Listen("tcp", g.cfg.Admin.Readiness)
+		if err != nil {
+			return fmt.Errorf("gateway: admin.readiness: %w", err)
+		}
+		rs := &http.Server{Handler: g.readinessHandler(), ReadHeaderTimeout: 5 * time.Second}
+		closers = append(closers, func() { rs.Close() })
+		go rs.Serve(readyLn)
+	}
+
+	var stack *netstack.Stack
+	if g.cfg.TUN.Name != "" {
+		dev, err := tun.Open(tun.Options{
+			Name:      g.cfg.TUN.Name,
+			MTU:       g.cfg.TUN.MTU,
+			Addresses: g.cfg.TUN.Addresses,
+			Routes:    g.cfg.TUN.Routes,
+			Logger:    g.log.Named("tun"),
+		})
+		if err != nil {
+			return fmt.Errorf("gateway: tun: %w", err)
+		}
+		closers = append(closers, func() { dev.Close() })
+		stack, err = netstack.New(netstack.Options{
+			Device:      dev,
+			MaxInFlight: g.cfg.Netstack.MaxInFlight,
+			Handler:     g.handleOutbound,
+			Logger:      g.log.Named("netstack"),
+		})
+		if err != nil {
+			return fmt.Errorf("gateway: netstack: %w", err)
+		}
+		closers = append(closers, func() { stack.Close() })
+	}
+
+	serveErr := make(chan error, 1)
+	if g.server != nil {
+		go func() { serveErr <- g.server.Serve(hboneLn) }()
+	}
+	g.ready.Store(true)
+	g.log.Info("ready", "identity", g.identity, "tun", g.cfg.TUN.Name, "hbone", g.cfg.HBONE.Listen)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		g.ready.Store(false)
+		return fmt.Errorf("gateway: hbone server stopped: %w", err)
+	}
+	g.drain()
+	return nil
+}
+
+// drain refuses new flows, sends GOAWAY to HBONE peers and gives open
+// flows the drain timeout to finish. Run's deferred closers then end
+// whatever is left.
+func (g *Gateway) drain() {
+	timeout := g.cfg.Gateway.DrainTimeout.Duration
+	g.log.Info("draining", "timeout", timeout)
+	g.ready.Store(false)
+	g.draining.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if g.server != nil {
+		if err := g.server.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			g.log.Warn("hbone shutdown", "error", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { g.flows.Wait(); close(done) }()
+	select {
+	case <-done:
+		g.log.Info("drained")
+	case <-ctx.Done():
+		g.log.Warn("drain timeout: closing the flows still open")
+	}
+}
+
+func (g *Gateway) readinessHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, r *http.Request) {
+		if !g.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// loadOwnAddrs records the host's addresses, for the loop check of
+// inbound targets.
+func (g *Gateway) loadOwnAddrs() {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		g.log.Warn("cannot list the host's addresses; loop protection covers loopback only", "error", err)
+		return
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			g.ownAddrs[p.Addr().Unmap()] = true
+		}
+	}
+}
+
+// isOwnListener reports whether target is one of this gateway's own ports
+// on one of this host's addresses.
+func (g *Gateway) isOwnListener(target netip.AddrPort) bool {
+	if !g.ownPorts[target.Port()] {
+		return false
+	}
+	a := target.Addr().Unmap()
+	return a.IsLoopback() || a.IsUnspecified() || g.ownAddrs[a]
+}

@@ -1,0 +1,134 @@
+package topo
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Gateway is a meshtun process running inside a node.
+type Gateway struct {
+	Node *Node
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // valid after done
+
+	mu   sync.Mutex
+	logs []string
+}
+
+// StartGateway runs `bin run --config config` inside node. Its stderr (the
+// log) is kept, and copied line by line to logw if not nil.
+func (n *Node) StartGateway(bin, config string, logw io.Writer) (*Gateway, error) {
+	g := &Gateway{Node: n, done: make(chan struct{})}
+	g.cmd = n.Command(context.Background(), bin, "run", "--config", config)
+	stderr, err := g.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	g.cmd.Stdout = g.cmd.Stderr
+	if err := g.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("topo: start gateway in %s: %w", n.Name, err)
+	}
+	logsDone := make(chan struct{})
+	go func() {
+		defer close(logsDone)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			g.mu.Lock()
+			g.logs = append(g.logs, line)
+			g.mu.Unlock()
+			if logw != nil {
+				fmt.Fprintf(logw, "[%s] %s\n", n.Name, line)
+			}
+		}
+	}()
+	go func() {
+		<-logsDone // Wait must not run before the pipe is drained
+		g.err = g.cmd.Wait()
+		close(g.done)
+	}()
+	return g, nil
+}
+
+// Logs returns the lines the gateway has logged so far.
+func (g *Gateway) Logs() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.logs...)
+}
+
+// LogsContaining returns the logged lines that contain s.
+func (g *Gateway) LogsContaining(s string) []string {
+	var out []string
+	for _, l := range g.Logs() {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// WaitReady polls the gateway's readiness endpoint (addr, inside the node)
+// until it answers 200, the process exits, or ctx ends.
+func (g *Gateway) WaitReady(ctx context.Context, addr string) error {
+	client := &http.Client{
+		Timeout: time.Second,
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+				return g.Node.Dial(ctx, network, a)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get("http://" + addr + "/healthz/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-g.done:
+			return fmt.Errorf("topo: gateway in %s exited before it was ready: %v\n%s", g.Node.Name, g.err, strings.Join(g.Logs(), "\n"))
+		case <-ctx.Done():
+			return fmt.Errorf("topo: gateway in %s not ready: %w (last: %v)", g.Node.Name, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits for the process to drain and exit, up to
+// timeout; then it is killed. It returns the process's exit error.
+func (g *Gateway) Stop(timeout time.Duration) error {
+	select {
+	case <-g.done:
+		return g.err
+	default:
+	}
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.done:
+		return g.err
+	case <-time.After(timeout):
+		g.cmd.Process.Kill()
+		<-g.done
+		return fmt.Errorf("topo: gateway in %s did not stop within %v after SIGTERM; killed", g.Node.Name, timeout)
+	}
+}
+
+// Exited is closed when the process has ended.
+func (g *Gateway) Exited() <-chan struct{} { return g.done }
