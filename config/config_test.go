@@ -1,0 +1,358 @@
+package config
+
+import (
+	"net/netip"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// base is the smallest valid file: what has no default.
+const base = `version = 1
+[tls]
+cert = "/etc/meshtun/tls/cert.pem"
+key = "/etc/meshtun/tls/key.pem"
+trust_bundle = "/etc/meshtun/tls/ca.pem"
+`
+
+func mustParse(t *testing.T, doc string) *Config {
+	t.Helper()
+	c, err := Parse([]byte(doc), "test.toml")
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return c
+}
+
+func prefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range s {
+		out = append(out, netip.MustParsePrefix(x))
+	}
+	return out
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, x := range s {
+		out = append(out, netip.MustParseAddr(x))
+	}
+	return out
+}
+
+func TestShippedFile(t *testing.T) {
+	data, err := os.ReadFile("../gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mustParse(t, string(data))
+	want := &Config{
+		Version: 1,
+		Gateway: Gateway{Name: "node-a", TrustDomain: "cluster.local", DrainTimeout: Duration{5 * time.Second}},
+		Log:     Log{Level: "info", Format: "text", AccessLog: true},
+		TLS: TLS{
+			Cert:        "/etc/meshtun/tls/cert.pem",
+			Key:         "/etc/meshtun/tls/key.pem",
+			TrustBundle: "/etc/meshtun/tls/ca.pem",
+		},
+		TUN: TUN{
+			Name:      "meshtun0",
+			MTU:       65000,
+			Addresses: prefixes("100.64.0.1/32"),
+			Routes:    prefixes("10.244.2.0/24", "10.96.0.0/16"),
+			Offload:   "auto",
+		},
+		Netstack: Netstack{MaxInFlight: 4096},
+		HBONE: HBONE{
+			Listen:            "0.0.0.0:15008",
+			Serve:             prefixes("10.244.1.0/24"),
+			MaxStreamsPerConn: 100,
+			IdleTimeout:       Duration{5 * time.Minute},
+			ConnectTimeout:    Duration{10 * time.Second},
+		},
+		Admin: Admin{Listen: "127.0.0.1:15000", Metrics: "0.0.0.0:15020", Readiness: "0.0.0.0:15021"},
+		Peers: []Peer{{
+			Name:     "node-b",
+			CIDRs:    prefixes("10.244.2.0/24"),
+			Address:  netip.MustParseAddrPort("192.0.2.2:15008"),
+			Identity: "spiffe://cluster.local/ns/meshtun/sa/node-b",
+		}},
+		Workloads: []Workload{{
+			Name:           "web",
+			Namespace:      "default",
+			ServiceAccount: "web",
+			Addresses:      addrs("10.244.2.5"),
+			Protocol:       "HBONE",
+			HBONEAddress:   netip.MustParseAddrPort("192.0.2.2:15008"),
+		}},
+		Services: []Service{{
+			Name:            "web",
+			Namespace:       "default",
+			Hostname:        "web.default.svc.cluster.local",
+			VIPs:            addrs("10.96.0.10"),
+			Ports:           map[uint16]uint16{80: 8080},
+			Endpoints:       []string{"default/web"},
+			SubjectAltNames: []string{},
+		}},
+		Policies: []Policy{{
+			Name:   "web-from-client",
+			Action: "allow",
+			Rules: []Rule{{
+				Principals:       []string{"cluster.local/ns/default/sa/client"},
+				DestinationPorts: []uint16{8080},
+			}},
+		}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("../gateway.toml decoded to\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestShippedDefaults checks that each "default X" the shipped file states
+// is what Default says: the file documents the defaults, so they must agree.
+func TestShippedDefaults(t *testing.T) {
+	data, err := os.ReadFile("../gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	for _, tc := range []struct {
+		name string
+		line string // a line of the shipped file, up to its comment
+		says string // what its comment must contain
+	}{
+		{"trust_domain", `trust_domain = "cluster.local"`, `default "` + d.Gateway.TrustDomain + `"`},
+		{"drain_timeout", `drain_timeout = "5s"`, `default "5s"`},
+		{"level", `level = "info"`, `default "` + d.Log.Level + `"`},
+		{"format", `format = "text"`, `default "` + d.Log.Format + `"`},
+		{"access_log", `access_log = true`, "default true"},
+		{"tun.name", `name = "meshtun0"`, `default "` + d.TUN.Name + `"`},
+		{"mtu", `mtu = 65000`, "default 65000"},
+		{"offload", `offload = "auto"`, `default "` + d.TUN.Offload + `"`},
+		{"max_in_flight", `max_in_flight = 4096`, "default 4096"},
+		{"hbone.listen", `listen = "0.0.0.0:15008"`, `default "` + d.HBONE.Listen + `"`},
+		{"max_streams_per_conn", `max_streams_per_conn = 100`, "default 100"},
+		{"idle_timeout", `idle_timeout = "5m"`, `default "5m"`},
+		{"connect_timeout", `connect_timeout = "10s"`, `default "10s"`},
+		{"admin.listen", `listen = "127.0.0.1:15000"`, `default "` + d.Admin.Listen + `"`},
+		{"metrics", `metrics = "0.0.0.0:15020"`, `default "` + d.Admin.Metrics + `"`},
+		{"readiness", `readiness = "0.0.0.0:15021"`, `default "` + d.Admin.Readiness + `"`},
+		{"service_account", `service_account = "web"`, `default "` + defaultServiceAccount + `"`},
+		{"protocol", `protocol = "HBONE"`, `default "` + defaultProtocol + `"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, l := range strings.Split(string(data), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(l), tc.line) {
+					if !strings.Contains(l, tc.says) {
+						t.Errorf("line %q does not say %q", l, tc.says)
+					}
+					return
+				}
+			}
+			t.Errorf("no line starts with %q", tc.line)
+		})
+	}
+}
+
+func TestExampleFile(t *testing.T) {
+	data, err := os.ReadFile("testdata/gateway-example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustParse(t, string(data))
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"gateway.name", c.Gateway.Name, "node-a"},
+		{"tun.routes", c.TUN.Routes, prefixes("10.244.2.0/24", "10.96.0.0/16")},
+		{"peers[0].address", c.Peers[0].Address, netip.MustParseAddrPort("192.0.2.2:15008")},
+		{"workloads[0].identity", c.Workloads[0].ExpectedIdentity(c.Gateway.TrustDomain), "spiffe://cluster.local/ns/default/sa/web"},
+		{"services[0].ports", c.Services[0].Ports, map[uint16]uint16{80: 8080}},
+		{"policies[0].rules[0].destination_ports", c.Policies[0].Rules[0].DestinationPorts, []uint16{8080}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !reflect.DeepEqual(tc.got, tc.want) {
+				t.Errorf("got %v, want %v", tc.got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefault(t *testing.T) {
+	host, _ := os.Hostname()
+	d := Default()
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"version", d.Version, 0}, // required, no default
+		{"gateway.name", d.Gateway.Name, host},
+		{"gateway.trust_domain", d.Gateway.TrustDomain, "cluster.local"},
+		{"gateway.drain_timeout", d.Gateway.DrainTimeout.Duration, 5 * time.Second},
+		{"log.level", d.Log.Level, "info"},
+		{"log.format", d.Log.Format, "text"},
+		{"log.access_log", d.Log.AccessLog, true},
+		{"tls", d.TLS, TLS{}},
+		{"tun.name", d.TUN.Name, "meshtun0"},
+		{"tun.mtu", d.TUN.MTU, 65000},
+		{"tun.offload", d.TUN.Offload, "auto"},
+		{"tun.addresses", len(d.TUN.Addresses), 0},
+		{"tun.routes", len(d.TUN.Routes), 0},
+		{"netstack.max_in_flight", d.Netstack.MaxInFlight, 4096},
+		{"hbone.listen", d.HBONE.Listen, "0.0.0.0:15008"},
+		{"hbone.max_streams_per_conn", d.HBONE.MaxStreamsPerConn, 100},
+		{"hbone.idle_timeout", d.HBONE.IdleTimeout.Duration, 5 * time.Minute},
+		{"hbone.connect_timeout", d.HBONE.ConnectTimeout.Duration, 10 * time.Second},
+		{"admin.listen", d.Admin.Listen, "127.0.0.1:15000"},
+		{"admin.metrics", d.Admin.Metrics, "0.0.0.0:15020"},
+		{"admin.readiness", d.Admin.Readiness, "0.0.0.0:15021"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !reflect.DeepEqual(tc.got, tc.want) {
+				t.Errorf("got %v, want %v", tc.got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaultsFillOmittedKeys(t *testing.T) {
+	got := mustParse(t, base)
+	want := Default()
+	want.Version = 1
+	want.TLS = TLS{Cert: "/etc/meshtun/tls/cert.pem", Key: "/etc/meshtun/tls/key.pem", TrustBundle: "/etc/meshtun/tls/ca.pem"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse(base) =\n%+v\nwant Default() with version and tls:\n%+v", got, want)
+	}
+}
+
+func TestWorkloadDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		toml string
+		want Workload
+	}{
+		{
+			name: "all defaults",
+			toml: `name = "web"
+namespace = "default"
+addresses = ["10.244.2.5", "10.244.2.6"]`,
+			want: Workload{Name: "web", Namespace: "default", ServiceAccount: "default",
+				Addresses: addrs("10.244.2.5", "10.244.2.6"), Protocol: "HBONE",
+				HBONEAddress: netip.MustParseAddrPort("10.244.2.5:15008")},
+		},
+		{
+			name: "ipv6 hbone address",
+			toml: `name = "web"
+namespace = "default"
+addresses = ["fd00::5"]`,
+			want: Workload{Name: "web", Namespace: "default", ServiceAccount: "default",
+				Addresses: addrs("fd00::5"), Protocol: "HBONE",
+				HBONEAddress: netip.MustParseAddrPort("[fd00::5]:15008")},
+		},
+		{
+			name: "tcp has no hbone address",
+			toml: `name = "db"
+namespace = "data"
+service_account = "pg"
+addresses = ["10.244.2.7"]
+protocol = "TCP"`,
+			want: Workload{Name: "db", Namespace: "data", ServiceAccount: "pg",
+				Addresses: addrs("10.244.2.7"), Protocol: "TCP"},
+		},
+		{
+			name: "explicit values kept",
+			toml: `name = "web"
+namespace = "default"
+addresses = ["10.244.2.5"]
+hbone_address = "192.0.2.2:15008"
+identity = "spiffe://cluster.local/ns/meshtun/sa/node-b"`,
+			want: Workload{Name: "web", Namespace: "default", ServiceAccount: "default",
+				Addresses: addrs("10.244.2.5"), Protocol: "HBONE",
+				HBONEAddress: netip.MustParseAddrPort("192.0.2.2:15008"),
+				Identity:     "spiffe://cluster.local/ns/meshtun/sa/node-b"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustParse(t, base+"[[workloads]]\n"+tc.toml+"\n")
+			if !reflect.DeepEqual(c.Workloads[0], tc.want) {
+				t.Errorf("got %+v\nwant %+v", c.Workloads[0], tc.want)
+			}
+		})
+	}
+}
+
+func TestExpectedIdentity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    Workload
+		want string
+	}{
+		{"derived", Workload{Namespace: "default", ServiceAccount: "web"}, "spiffe://example.org/ns/default/sa/web"},
+		{"override", Workload{Namespace: "default", ServiceAccount: "web", Identity: "spiffe://example.org/x"}, "spiffe://example.org/x"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.w.ExpectedIdentity("example.org"); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		text    string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"seconds", "5s", 5 * time.Second, false},
+		{"minutes", "5m", 5 * time.Minute, false},
+		{"compound", "1h30m", 90 * time.Minute, false},
+		{"no unit", "5", 0, true},
+		{"garbage", "soon", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d Duration
+			err := d.UnmarshalText([]byte(tc.text))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("UnmarshalText(%q) error = %v, want error %v", tc.text, err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if d.Duration != tc.want {
+				t.Errorf("got %v, want %v", d.Duration, tc.want)
+			}
+			text, _ := d.MarshalText()
+			var back Duration
+			if err := back.UnmarshalText(text); err != nil || back != d {
+				t.Errorf("round trip through %q gave %v, %v", text, back, err)
+			}
+		})
+	}
+}
+
+func TestIPv6(t *testing.T) {
+	c := mustParse(t, base+`
+[tun]
+addresses = ["fd00:100::1/128"]
+routes = ["fd00:244::/48", "fd00:96::10"]
+[hbone]
+listen = "[::]:15008"
+serve = ["fd00:244:1::/64"]
+[[peers]]
+name = "b"
+cidrs = ["fd00:244:2::/64"]
+address = "[fd00::2]:15008"
+identity = "spiffe://cluster.local/ns/meshtun/sa/b"
+`)
+	if want := prefixes("fd00:244::/48", "fd00:96::10/128"); !reflect.DeepEqual(c.TUN.Routes, want) {
+		t.Errorf("tun.routes = %v, want %v", c.TUN.Routes, want)
+	}
+	if want := netip.MustParseAddrPort("[fd00::2]:15008"); c.Peers[0].Address != want {
+		t.Errorf("peers[0].address = %v, want %v", c.Peers[0].Address, want)
+	}
+}

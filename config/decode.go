@@ -1,0 +1,545 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Parse decodes a gateway.toml held in data, fills in the defaults and
+// validates the result. source names the file in messages. It touches no
+// files: the TLS paths are checked by Load.
+//
+// Decoding is strict: unknown keys (with a "did you mean" when one is
+// close), wrong types and malformed addresses are errors, reported together
+// with what Validate finds as one *Errors.
+func Parse(data []byte, source string) (*Config, error) {
+	c, d := decode(data)
+	if c != nil {
+		d.merge(c.check())
+	}
+	sortByOrder(d.list, d.order)
+	if err := d.errs(source); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decode turns data into a defaulted Config. It returns a nil Config only
+// for a syntax error; otherwise the Config holds what could be decoded and
+// d lists what could not.
+//
+// The TOML is first parsed into a tree and then walked against the schema
+// here, rather than decoded into tagged structs and checked with
+// toml.MetaData.Undecoded: the walk knows the index of every entry of an
+// array of tables ("peers[1].adress"), matches keys exactly (the decoder
+// accepts "MTU" for "mtu"), and reports every wrong type, not the first.
+func decode(data []byte) (*Config, *decoder) {
+	d := &decoder{order: make(map[string]int)}
+	var tree map[string]any
+	if _, err := toml.Decode(string(data), &tree); err != nil {
+		e := &Error{Msg: "syntax error: " + err.Error()}
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			e.Line, e.Column = pe.Position.Line, pe.Position.Col
+			e.Msg = "syntax error: " + pe.Message
+		}
+		d.list = append(d.list, e)
+		return nil, d
+	}
+	c := Default()
+	d.config(&table{d: d, m: tree}, c)
+	return c, d
+}
+
+// decoder walks the parsed TOML tree into a Config, collecting problems.
+type decoder struct {
+	problems
+	order map[string]int // key path → when the walk met it, to sort problems
+}
+
+// merge adds the problems Validate found, leaving out those at or under a
+// path that already failed to decode: a value that could not be read is
+// zero in the Config, and "required" beside "invalid CIDR" would mislead.
+func (d *decoder) merge(checked []*Error) {
+	failed := d.list
+	for _, e := range checked {
+		dup := false
+		for _, f := range failed {
+			if f.Path != "" && within(e.Path, f.Path) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			d.list = append(d.list, e)
+		}
+	}
+}
+
+func (d *decoder) see(path string) {
+	if _, ok := d.order[path]; !ok {
+		d.order[path] = len(d.order)
+	}
+}
+
+func (d *decoder) config(t *table, c *Config) {
+	t.integer("version", &c.Version)
+
+	g := t.sub("gateway")
+	g.str("name", &c.Gateway.Name)
+	g.str("trust_domain", &c.Gateway.TrustDomain)
+	g.duration("drain_timeout", &c.Gateway.DrainTimeout)
+	g.finish()
+
+	l := t.sub("log")
+	l.str("level", &c.Log.Level)
+	l.str("format", &c.Log.Format)
+	l.boolean("access_log", &c.Log.AccessLog)
+	l.finish()
+
+	s := t.sub("tls")
+	s.str("cert", &c.TLS.Cert)
+	s.str("key", &c.TLS.Key)
+	s.str("trust_bundle", &c.TLS.TrustBundle)
+	s.finish()
+
+	u := t.sub("tun")
+	u.str("name", &c.TUN.Name)
+	u.integer("mtu", &c.TUN.MTU)
+	list(u, "addresses", &c.TUN.Addresses, d.prefix)
+	list(u, "routes", &c.TUN.Routes, d.prefix)
+	u.str("offload", &c.TUN.Offload)
+	u.finish()
+
+	n := t.sub("netstack")
+	n.integer("max_in_flight", &c.Netstack.MaxInFlight)
+	n.finish()
+
+	h := t.sub("hbone")
+	h.str("listen", &c.HBONE.Listen)
+	list(h, "serve", &c.HBONE.Serve, d.prefix)
+	h.integer("max_streams_per_conn", &c.HBONE.MaxStreamsPerConn)
+	h.duration("idle_timeout", &c.HBONE.IdleTimeout)
+	h.duration("connect_timeout", &c.HBONE.ConnectTimeout)
+	h.finish()
+
+	a := t.sub("admin")
+	a.str("listen", &c.Admin.Listen)
+	a.str("metrics", &c.Admin.Metrics)
+	a.str("readiness", &c.Admin.Readiness)
+	a.finish()
+
+	for _, e := range t.tables("peers") {
+		var p Peer
+		e.str("name", &p.Name)
+		list(e, "cidrs", &p.CIDRs, d.prefix)
+		e.addrPort("address", &p.Address)
+		e.str("identity", &p.Identity)
+		e.finish()
+		c.Peers = append(c.Peers, p)
+	}
+
+	for _, e := range t.tables("workloads") {
+		var w Workload
+		e.str("name", &w.Name)
+		e.str("namespace", &w.Namespace)
+		e.str("service_account", &w.ServiceAccount)
+		list(e, "addresses", &w.Addresses, d.addr)
+		e.str("protocol", &w.Protocol)
+		e.addrPort("hbone_address", &w.HBONEAddress)
+		e.str("identity", &w.Identity)
+		e.finish()
+		w.setDefaults()
+		c.Workloads = append(c.Workloads, w)
+	}
+
+	for _, e := range t.tables("services") {
+		var v Service
+		e.str("name", &v.Name)
+		e.str("namespace", &v.Namespace)
+		e.str("hostname", &v.Hostname)
+		list(e, "vips", &v.VIPs, d.addr)
+		e.portMap("ports", &v.Ports)
+		list(e, "endpoints", &v.Endpoints, d.str)
+		list(e, "subject_alt_names", &v.SubjectAltNames, d.str)
+		e.finish()
+		c.Services = append(c.Services, v)
+	}
+
+	for _, e := range t.tables("policies") {
+		var p Policy
+		e.str("name", &p.Name)
+		e.str("action", &p.Action)
+		for _, rt := range e.tables("rules") {
+			var r Rule
+			list(rt, "principals", &r.Principals, d.str)
+			list(rt, "not_principals", &r.NotPrincipals, d.str)
+			list(rt, "namespaces", &r.Namespaces, d.str)
+			list(rt, "not_namespaces", &r.NotNamespaces, d.str)
+			list(rt, "source_ips", &r.SourceIPs, d.prefix)
+			list(rt, "not_source_ips", &r.NotSourceIPs, d.prefix)
+			list(rt, "destination_ips", &r.DestinationIPs, d.prefix)
+			list(rt, "not_destination_ips", &r.NotDestinationIPs, d.prefix)
+			list(rt, "destination_ports", &r.DestinationPorts, d.port)
+			list(rt, "not_destination_ports", &r.NotDestinationPorts, d.port)
+			rt.finish()
+			p.Rules = append(p.Rules, r)
+		}
+		e.finish()
+		c.Policies = append(c.Policies, p)
+	}
+
+	t.finish()
+}
+
+// table is one TOML table being decoded. Every key the decoder asks for is
+// remembered, so finish can report the rest as unknown, with the asked-for
+// keys as the candidates for "did you mean".
+type table struct {
+	d     *decoder
+	path  string
+	m     map[string]any // nil: absent, or not a table (already reported)
+	known []string
+}
+
+func (t *table) get(key string) (v any, path string, ok bool) {
+	t.known = append(t.known, key)
+	path = joinPath(t.path, key)
+	t.d.see(path)
+	v, ok = t.m[key]
+	return v, path, ok
+}
+
+// finish reports the keys of t that no one asked for.
+func (t *table) finish() {
+	var unknown []string
+	for k := range t.m {
+		if !slices.Contains(t.known, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		path := joinPath(t.path, k)
+		t.d.see(path) // after the table's known keys
+		if s, ok := closest(k, t.known); ok {
+			t.d.add(path, "unknown key (did you mean %q?)", s)
+		} else {
+			t.d.add(path, "unknown key (this table has: %s)", strings.Join(t.known, ", "))
+		}
+	}
+}
+
+// sub returns the table under key; an absent one is empty.
+func (t *table) sub(key string) *table {
+	v, path, ok := t.get(key)
+	s := &table{d: t.d, path: path}
+	if !ok {
+		return s
+	}
+	if m, ok := v.(map[string]any); ok {
+		s.m = m
+	} else {
+		t.d.add(path, "must be a table ([%s]), not %s", key, describe(v))
+	}
+	return s
+}
+
+// tables returns the entries of the array of tables under key. An entry
+// that is not a table is reported and stands in as an empty table, so the
+// indexes of the others stay those of the file.
+func (t *table) tables(key string) []*table {
+	v, path, ok := t.get(key)
+	if !ok {
+		return nil
+	}
+	var entries []any
+	switch v := v.(type) {
+	case []map[string]any: // [[key]] sections
+		for _, m := range v {
+			entries = append(entries, m)
+		}
+	case []any: // key = [{...}, {...}]
+		entries = v
+	default:
+		t.d.add(path, "must be an array of tables ([[%s]]), not %s", key, describe(v))
+		return nil
+	}
+	out := make([]*table, len(entries))
+	for i, e := range entries {
+		p := indexPath(path, i)
+		t.d.see(p)
+		out[i] = &table{d: t.d, path: p}
+		if m, ok := e.(map[string]any); ok {
+			out[i].m = m
+		} else {
+			t.d.add(p, "must be a table, not %s", describe(e))
+		}
+	}
+	return out
+}
+
+func (t *table) str(key string, dst *string) {
+	if v, path, ok := t.get(key); ok {
+		if s, ok := t.d.str(path, v); ok {
+			*dst = s
+		}
+	}
+}
+
+func (t *table) integer(key string, dst *int) {
+	v, path, ok := t.get(key)
+	if !ok {
+		return
+	}
+	if n, ok := v.(int64); ok {
+		*dst = int(n)
+	} else {
+		t.d.add(path, "must be an integer, not %s", describe(v))
+	}
+}
+
+func (t *table) boolean(key string, dst *bool) {
+	v, path, ok := t.get(key)
+	if !ok {
+		return
+	}
+	if b, ok := v.(bool); ok {
+		*dst = b
+	} else {
+		t.d.add(path, "must be true or false, not %s", describe(v))
+	}
+}
+
+func (t *table) duration(key string, dst *Duration) {
+	v, path, ok := t.get(key)
+	if !ok {
+		return
+	}
+	s, ok := v.(string)
+	if !ok {
+		t.d.add(path, "must be a duration string like \"5s\", not %s", describe(v))
+		return
+	}
+	if err := dst.UnmarshalText([]byte(s)); err != nil {
+		t.d.add(path, "%v", err)
+	}
+}
+
+func (t *table) addrPort(key string, dst *netip.AddrPort) {
+	if v, path, ok := t.get(key); ok {
+		if ap, ok := t.d.addrPort(path, v); ok {
+			*dst = ap
+		}
+	}
+}
+
+// portMap decodes an inline table of service port = target port.
+func (t *table) portMap(key string, dst *map[uint16]uint16) {
+	v, path, ok := t.get(key)
+	if !ok {
+		return
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.d.add(path, "must be a table of service port = target port, like { 80 = 8080 }, not %s", describe(v))
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make(map[uint16]uint16, len(m))
+	for _, k := range keys {
+		p := joinPath(path, k)
+		t.d.see(p)
+		sp, err := strconv.ParseUint(k, 10, 16)
+		if err != nil {
+			t.d.add(p, "service port %q must be a number 1..65535", k)
+			continue
+		}
+		tp, ok := t.d.port(p, m[k])
+		if !ok {
+			continue
+		}
+		if _, dup := out[uint16(sp)]; dup {
+			t.d.add(p, "service port %d is mapped twice", sp)
+			continue
+		}
+		out[uint16(sp)] = tp
+	}
+	*dst = out
+}
+
+// list decodes the array under key with conv. An entry that fails to
+// convert is reported and kept as a zero value, so that the indexes
+// Validate reports are those of the file.
+func list[T any](t *table, key string, dst *[]T, conv func(path string, v any) (T, bool)) {
+	v, path, ok := t.get(key)
+	if !ok {
+		return
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		t.d.add(path, "must be an array, not %s", describe(v))
+		return
+	}
+	out := make([]T, len(arr))
+	for i, e := range arr {
+		p := indexPath(path, i)
+		t.d.see(p)
+		out[i], _ = conv(p, e)
+	}
+	*dst = out
+}
+
+func (d *decoder) str(path string, v any) (string, bool) {
+	s, ok := v.(string)
+	if !ok {
+		d.add(path, "must be a string, not %s", describe(v))
+	}
+	return s, ok
+}
+
+// prefix reads a CIDR such as "10.244.0.0/16" or "fd00::/64"; a bare IP
+// stands for its host prefix (/32 or /128).
+func (d *decoder) prefix(path string, v any) (netip.Prefix, bool) {
+	s, ok := d.str(path, v)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	p, err := parsePrefix(s)
+	if err != nil {
+		d.add(path, "invalid CIDR %q (%s): write an address with an optional /length, like \"10.244.0.0/16\", \"10.0.0.5\" or \"fd00::/64\"", s, err)
+		return netip.Prefix{}, false
+	}
+	return p, true
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p, reason(err)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, reason(err)
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, errors.New("IPv6 zones are not allowed")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func (d *decoder) addr(path string, v any) (netip.Addr, bool) {
+	s, ok := d.str(path, v)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a, err := netip.ParseAddr(s)
+	if err == nil && a.Zone() != "" {
+		err = errors.New("IPv6 zones are not allowed")
+	}
+	if err != nil {
+		d.add(path, "invalid IP address %q (%s)", s, reason(err))
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+func (d *decoder) addrPort(path string, v any) (netip.AddrPort, bool) {
+	s, ok := d.str(path, v)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(s)
+	if err == nil && ap.Addr().Zone() != "" {
+		err = errors.New("IPv6 zones are not allowed")
+	}
+	if err != nil {
+		d.add(path, "invalid ip:port %q (%s): write it like \"192.0.2.2:15008\" or \"[fd00::2]:15008\"", s, reason(err))
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+// port reads a TCP port number; 0 is let through for Validate to report.
+func (d *decoder) port(path string, v any) (uint16, bool) {
+	n, ok := v.(int64)
+	if !ok {
+		d.add(path, "must be a port number, not %s", describe(v))
+		return 0, false
+	}
+	if n < 0 || n > 65535 {
+		d.add(path, "port %d is out of range (1..65535)", n)
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+// reason strips the `netip.ParsePrefix("..."): ParseAddr("..."): `
+// prefixes from a netip error: our message already quotes the input.
+func reason(err error) error {
+	if err == nil {
+		return nil
+	}
+	s := err.Error()
+	for {
+		open := strings.Index(s, "(\"")
+		if open <= 0 || strings.ContainsAny(s[:open], " :") {
+			break
+		}
+		// %q escapes quotes, so the first unescaped `"): ` ends the input.
+		end := -1
+		for k := open + 2; k+3 < len(s); k++ {
+			if s[k] == '\\' {
+				k++
+				continue
+			}
+			if s[k] == '"' {
+				if strings.HasPrefix(s[k:], "\"): ") {
+					end = k + 4
+				}
+				break
+			}
+		}
+		if end < 0 {
+			break
+		}
+		s = s[end:]
+	}
+	return errors.New(s)
+}
+
+// describe names the TOML type of v for messages, quoting short scalars.
+func describe(v any) string {
+	switch v := v.(type) {
+	case string:
+		if len(v) > 40 {
+			return "a string"
+		}
+		return fmt.Sprintf("a string (%q)", v)
+	case int64:
+		return fmt.Sprintf("an integer (%d)", v)
+	case float64:
+		return fmt.Sprintf("a float (%v)", v)
+	case bool:
+		return fmt.Sprintf("a boolean (%v)", v)
+	case []any:
+		return "an array"
+	case []map[string]any:
+		return "an array of tables"
+	case map[string]any:
+		return "a table"
+	default:
+		return "a date/time"
+	}
+}

@@ -1,0 +1,329 @@
+package config
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// parseErrors parses doc, which must fail, and returns its problems.
+func parseErrors(t *testing.T, doc string) *Errors {
+	t.Helper()
+	c, err := Parse([]byte(doc), "gateway.toml")
+	if err == nil {
+		t.Fatalf("Parse succeeded, want errors; config %+v", c)
+	}
+	if c != nil {
+		t.Errorf("Parse returned a Config beside its error")
+	}
+	var errs *Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("error is %T, want *Errors: %v", err, err)
+	}
+	return errs
+}
+
+// wantLines checks that each of want is a whole line of errs.Error().
+func wantLines(t *testing.T, errs *Errors, want ...string) {
+	t.Helper()
+	lines := strings.Split(errs.Error(), "\n")
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			t.Errorf("missing line %q in:\n%s", w, errs)
+		}
+	}
+}
+
+func TestUnknownKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"typo in table", base + "[tun]\nmtuu = 1500\n",
+			`gateway.toml: tun.mtuu: unknown key (did you mean "mtu"?)`},
+		{"typo in array of tables", base + "[[peers]]\nname = \"b\"\nadress = \"192.0.2.2:15008\"\n",
+			`gateway.toml: peers[0].adress: unknown key (did you mean "address"?)`},
+		{"typo in second entry", base + "[[peers]]\nname = \"a\"\n[[peers]]\nname = \"b\"\nidentiy = \"x\"\n",
+			`gateway.toml: peers[1].identiy: unknown key (did you mean "identity"?)`},
+		{"typo in nested array of tables", base + "[[policies]]\nname = \"p\"\naction = \"allow\"\n[[policies.rules]]\nprincipal = [\"*\"]\n",
+			`gateway.toml: policies[0].rules[0].principal: unknown key (did you mean "principals"?)`},
+		{"wrong case", base + "[tun]\nMTU = 1500\n",
+			`gateway.toml: tun.MTU: unknown key (did you mean "mtu"?)`},
+		{"dash for underscore", base + "[gateway]\ntrust-domain = \"x\"\n",
+			`gateway.toml: gateway.trust-domain: unknown key (did you mean "trust_domain"?)`},
+		{"unknown table", base + "[tunn]\nmtu = 1500\n",
+			`gateway.toml: tunn: unknown key (did you mean "tun"?)`},
+		{"nothing close", base + "[netstack]\nbanana = 1\n",
+			`gateway.toml: netstack.banana: unknown key (this table has: max_in_flight)`},
+		{"quoted key", base + "[log]\n\"a b\" = 1\n",
+			`gateway.toml: log."a b": unknown key (this table has: level, format, access_log)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantLines(t, parseErrors(t, tc.doc), tc.want)
+		})
+	}
+}
+
+func TestSyntaxError(t *testing.T) {
+	errs := parseErrors(t, "version = 1\n[tun]\nmtu = = 5\n")
+	if len(errs.List) != 1 {
+		t.Fatalf("got %d problems, want 1: %v", len(errs.List), errs)
+	}
+	e := errs.List[0]
+	if e.Line != 3 || e.Column != 7 {
+		t.Errorf("position %d:%d, want 3:7", e.Line, e.Column)
+	}
+	if got := errs.Error(); !strings.HasPrefix(got, "gateway.toml:3:7: syntax error: ") {
+		t.Errorf("message %q, want it to start with gateway.toml:3:7: syntax error: ", got)
+	}
+}
+
+func TestTypeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"string for int", base + "[tun]\nmtu = \"1500\"\n",
+			`gateway.toml: tun.mtu: must be an integer, not a string ("1500")`},
+		{"int for string", base + "[log]\nlevel = 3\n",
+			`gateway.toml: log.level: must be a string, not an integer (3)`},
+		{"string for bool", base + "[log]\naccess_log = \"yes\"\n",
+			`gateway.toml: log.access_log: must be true or false, not a string ("yes")`},
+		{"int for duration", base + "[hbone]\nidle_timeout = 300\n",
+			`gateway.toml: hbone.idle_timeout: must be a duration string like "5s", not an integer (300)`},
+		{"bad duration", base + "[hbone]\nidle_timeout = \"5 minutes\"\n",
+			`gateway.toml: hbone.idle_timeout: invalid duration "5 minutes": write a number and a unit, like "5s" or "5m"`},
+		{"string for list", base + "[tun]\nroutes = \"10.0.0.0/8\"\n",
+			`gateway.toml: tun.routes: must be an array, not a string ("10.0.0.0/8")`},
+		{"table for array of tables", base + "[peers]\nname = \"b\"\n",
+			`gateway.toml: peers: must be an array of tables ([[peers]]), not a table`},
+		{"value for table", "tun = 5\n" + base,
+			`gateway.toml: tun: must be a table ([tun]), not an integer (5)`},
+		{"port out of range", base + "[[policies]]\nname = \"p\"\naction = \"deny\"\n[[policies.rules]]\ndestination_ports = [80, 70000]\n",
+			`gateway.toml: policies[0].rules[0].destination_ports[1]: port 70000 is out of range (1..65535)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantLines(t, parseErrors(t, tc.doc), tc.want)
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	const tls = "[tls]\ncert = \"c\"\nkey = \"k\"\ntrust_bundle = \"b\"\n"
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"missing", tls, `gateway.toml: version: required: the file must start with version = 1`},
+		{"zero", "version = 0\n" + tls, `gateway.toml: version: required: the file must start with version = 1`},
+		{"unknown", "version = 2\n" + tls, `gateway.toml: version: unsupported version 2 (this build understands 1)`},
+		{"string", "version = \"1\"\n" + tls, `gateway.toml: version: must be an integer, not a string ("1")`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := parseErrors(t, tc.doc)
+			wantLines(t, errs, tc.want)
+			if len(errs.List) != 1 {
+				t.Errorf("got %d problems, want only the version one:\n%s", len(errs.List), errs)
+			}
+		})
+	}
+}
+
+func TestAddresses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"prefix too long", base + "[tun]\nroutes = [\"10.0.0.0/8\", \"10.244.0.0/33\"]\n",
+			`gateway.toml: tun.routes[1]: invalid CIDR "10.244.0.0/33" (prefix length out of range): write an address with an optional /length, like "10.244.0.0/16", "10.0.0.5" or "fd00::/64"`},
+		{"bad octet", base + "[hbone]\nserve = [\"10.0.0.300\"]\n",
+			`gateway.toml: hbone.serve[0]: invalid CIDR "10.0.0.300" (IPv4 field has value >255): write an address with an optional /length, like "10.244.0.0/16", "10.0.0.5" or "fd00::/64"`},
+		{"host bits", base + "[tun]\nroutes = [\"10.244.2.1/24\"]\n",
+			`gateway.toml: tun.routes[0]: 10.244.2.1/24 has address bits set past its /24 prefix (did you mean 10.244.2.0/24?)`},
+		{"ipv6 zone", base + "[tun]\nroutes = [\"fe80::1%eth0\"]\n",
+			`gateway.toml: tun.routes[0]: invalid CIDR "fe80::1%eth0" (IPv6 zones are not allowed): write an address with an optional /length, like "10.244.0.0/16", "10.0.0.5" or "fd00::/64"`},
+		{"peer cidr", base + "[[peers]]\nname = \"b\"\ncidrs = [\"10.244.2.0/24\", \"banana\"]\naddress = \"192.0.2.2:15008\"\nidentity = \"spiffe://cluster.local/b\"\n",
+			`gateway.toml: peers[0].cidrs[1]: invalid CIDR "banana" (unable to parse IP): write an address with an optional /length, like "10.244.0.0/16", "10.0.0.5" or "fd00::/64"`},
+		{"peer address without port", base + "[[peers]]\nname = \"b\"\ncidrs = [\"10.244.2.0/24\"]\naddress = \"192.0.2.2\"\nidentity = \"spiffe://cluster.local/b\"\n",
+			`gateway.toml: peers[0].address: invalid ip:port "192.0.2.2" (not an ip:port): write it like "192.0.2.2:15008" or "[fd00::2]:15008"`},
+		{"workload address", base + "[[workloads]]\nname = \"w\"\nnamespace = \"n\"\naddresses = [\"10.0.0.1/32\"]\n",
+			`gateway.toml: workloads[0].addresses[0]: invalid IP address "10.0.0.1/32" (unexpected character (at "/32"))`},
+		{"listen", base + "[hbone]\nlisten = \"15008\"\n",
+			`gateway.toml: hbone.listen: "15008" is not host:port; write it like "0.0.0.0:15008", "[::]:15008" or "" to turn it off`},
+		{"listen port clash", base + "[admin]\nmetrics = \"127.0.0.1:15008\"\n",
+			`gateway.toml: admin.metrics: "127.0.0.1:15008" would bind the same port as hbone.listen`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantLines(t, parseErrors(t, tc.doc), tc.want)
+		})
+	}
+}
+
+func TestRanges(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want string
+	}{
+		{"mtu too small", base + "[tun]\nmtu = 575\n", `gateway.toml: tun.mtu: 575 is out of range (576..65535)`},
+		{"mtu too large", base + "[tun]\nmtu = 65536\n", `gateway.toml: tun.mtu: 65536 is out of range (576..65535)`},
+		{"max_in_flight", base + "[netstack]\nmax_in_flight = 0\n", `gateway.toml: netstack.max_in_flight: must be at least 1 (got 0)`},
+		{"max_streams", base + "[hbone]\nmax_streams_per_conn = -1\n", `gateway.toml: hbone.max_streams_per_conn: must be at least 1 (got -1)`},
+		{"negative drain", base + "[gateway]\ndrain_timeout = \"-1s\"\n", `gateway.toml: gateway.drain_timeout: must not be negative (got -1s)`},
+		{"zero connect timeout", base + "[hbone]\nconnect_timeout = \"0s\"\n", `gateway.toml: hbone.connect_timeout: must be positive (got 0s)`},
+		{"level", base + "[log]\nlevel = \"verbose\"\n", `gateway.toml: log.level: "verbose" is not one of: trace | debug | info | warn | error`},
+		{"offload", base + "[tun]\noffload = \"yes\"\n", `gateway.toml: tun.offload: "yes" is not one of: auto | on | off`},
+		{"tun name", base + "[tun]\nname = \"meshtun-gateway-0\"\n", `gateway.toml: tun.name: "meshtun-gateway-0" is longer than 15 bytes, the most Linux allows for an interface name`},
+		{"trust domain", base + "[gateway]\ntrust_domain = \"Cluster.Local\"\n", `gateway.toml: gateway.trust_domain: invalid trust domain "Cluster.Local": use lowercase letters, digits, ".", "-" and "_", like "cluster.local"`},
+		{"service port 0", base + "[[workloads]]\nname = \"w\"\nnamespace = \"n\"\naddresses = [\"10.0.0.1\"]\n[[services]]\nname = \"s\"\nnamespace = \"n\"\nvips = [\"10.96.0.1\"]\nports = { 0 = 80 }\n",
+			`gateway.toml: services[0].ports.0: service port 0 is not a port (1..65535)`},
+		{"target port 0", base + "[[services]]\nname = \"s\"\nnamespace = \"n\"\nvips = [\"10.96.0.1\"]\nports = { 80 = 0 }\n",
+			`gateway.toml: services[0].ports.80: target port 0 is not a port (1..65535)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantLines(t, parseErrors(t, tc.doc), tc.want)
+		})
+	}
+}
+
+// TestAllAtOnce checks that one file with many problems yields them all,
+// each at its own path, in the order of the schema.
+func TestAllAtOnce(t *testing.T) {
+	doc := `version = 1
+[gateway]
+trust_domain = ""
+[log]
+format = "xml"
+[tls]
+cert = ""
+key = "k"
+trust_bundle = "b"
+[tun]
+mtu = 100
+mtuu = 1
+routes = ["10.0.0.0/8", "nope"]
+[[peers]]
+name = "b"
+cidrs = ["10.244.2.0/24"]
+address = "192.0.2.2:15008"
+identity = "spiffe://cluster.local/ns/meshtun/sa/b"
+[[peers]]
+name = "b"
+cidrs = ["10.244.2.0/24"]
+identity = "https://cluster.local/b"
+[[workloads]]
+name = "web"
+namespace = "default"
+addresses = ["10.244.2.5"]
+protocol = "UDP"
+[[services]]
+name = "web"
+namespace = "default"
+vips = ["10.96.0.10"]
+ports = { 80 = 8080 }
+endpoints = ["default/wbe", "web"]
+[[policies]]
+name = "p"
+[[policies.rules]]
+principals = ["spiffe://cluster.local/ns/default/sa/client", "a*b"]
+`
+	errs := parseErrors(t, doc)
+	want := []string{
+		"gateway.trust_domain",
+		"log.format",
+		"tls.cert",
+		"tun.mtu",
+		"tun.routes[1]",
+		"tun.mtuu", // unknown keys come after the known keys of their table
+		"peers[1].name",
+		"peers[1].cidrs[0]",
+		"peers[1].address",
+		"peers[1].identity",
+		"workloads[0].protocol",
+		"services[0].endpoints[0]",
+		"services[0].endpoints[1]",
+		"policies[0].action",
+		"policies[0].rules[0].principals[0]",
+		"policies[0].rules[0].principals[1]",
+	}
+	var got []string
+	for _, e := range errs.List {
+		got = append(got, e.Path)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("paths\n%q\nwant\n%q\nerrors:\n%s", got, want, errs)
+	}
+	wantLines(t, errs,
+		`gateway.toml: peers[1].name: duplicate name "b" (also peers[0])`,
+		`gateway.toml: peers[1].cidrs[0]: 10.244.2.0/24 is already routed to peers[0] ("b")`,
+		`gateway.toml: services[0].endpoints[0]: no workload "default/wbe" is declared in [[workloads]] (did you mean "default/web"?)`,
+		`gateway.toml: policies[0].action: required: allow | deny`,
+	)
+}
+
+func TestValidateWithoutParse(t *testing.T) {
+	c := Default()
+	c.Version = 1
+	c.TLS = TLS{Cert: "c", Key: "k", TrustBundle: "b"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Default with version and tls: %v", err)
+	}
+	c.TUN.MTU = 70000
+	c.Peers = []Peer{{Name: "b"}}
+	err := c.Validate()
+	var errs *Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("Validate = %v, want *Errors", err)
+	}
+	wantLines(t, errs,
+		"tun.mtu: 70000 is out of range (576..65535)",
+		"peers[0].address: required: the peer's HBONE ip:port, like \"192.0.2.2:15008\"",
+		"peers[0].identity: required: the SPIFFE ID the peer must present, like \"spiffe://cluster.local/ns/meshtun/sa/node-b\"",
+	)
+}
+
+func TestErrorsFormat(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		errs Errors
+		want string
+	}{
+		{"with position", Errors{Source: "gw.toml", List: []*Error{{Line: 3, Column: 7, Msg: "syntax error: x"}}}, "gw.toml:3:7: syntax error: x"},
+		{"with path", Errors{Source: "gw.toml", List: []*Error{{Path: "tun.mtu", Msg: "m"}}}, "gw.toml: tun.mtu: m"},
+		{"no source", Errors{List: []*Error{{Path: "tun.mtu", Msg: "m"}}}, "tun.mtu: m"},
+		{"one per line", Errors{Source: "s", List: []*Error{{Path: "a", Msg: "1"}, {Path: "b", Msg: "2"}}}, "s: a: 1\ns: b: 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.errs.Error(); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClosest(t *testing.T) {
+	known := []string{"name", "cidrs", "address", "identity"}
+	for _, tc := range []struct {
+		key, want string
+		ok        bool
+	}{
+		{"adress", "address", true},
+		{"Name", "name", true},
+		{"idenity", "identity", true},
+		{"zzz", "", false},
+		{"addresses", "address", true},
+		{"port", "", false},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			got, ok := closest(tc.key, known)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("closest(%q) = %q, %v; want %q, %v", tc.key, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
