@@ -1,0 +1,443 @@
+package hbone
+
+// The client pool. Its invariants, which every function here keeps:
+//
+//  1. A connection belongs to exactly one key (source identity, sorted
+//     expected identities, HBONE address, source IP) and only carries
+//     streams whose request has that key. Keys are never mixed.
+//  2. A connection carries at most pc.maxStreams streams at once:
+//     min(PoolOptions.MaxStreamsPerConn, the peer's initial
+//     SETTINGS_MAX_CONCURRENT_STREAMS). pc.inflight counts them; a slot is
+//     taken (inflight++ and ClientConn.Reserve) under p.mu before the
+//     request is sent, and given back exactly once when the stream ends.
+//     Reserve also enforces any later, lower peer limit.
+//  3. A connection is offered to new streams only after the peer's first
+//     SETTINGS frame has been applied (so the cap is known), and never once
+//     it got GOAWAY, failed or is closing (Reserve refuses); its open
+//     streams finish undisturbed, and it is closed when the last one ends.
+//  4. At most one dial per key is in flight. Flows that find no free slot
+//     while a dial runs wait for that dial and share its result, error
+//     included; nobody retries a failed dial on another's behalf.
+//  5. A connection with no stream for IdleTimeout is closed.
+//  6. Every goroutine the pool starts (the reaper, one per dial) is counted
+//     in p.wg; Close cancels p.ctx, closes every connection and waits.
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Defaults of PoolOptions, and the HTTP/2 health check of hbone-wire.md.
+const (
+	// DefaultMaxStreamsPerConn is ztunnel's default: enough streams to
+	// amortize a handshake, few enough that one connection's reader and
+	// writer goroutines (the throughput ceiling, field-notes.md) are not
+	// shared by too many flows.
+	DefaultMaxStreamsPerConn = 100
+	// DefaultIdleTimeout is ztunnel's pool idle timeout.
+	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultConnectTimeout bounds TCP + TLS + HTTP/2 setup; ztunnel uses 10 s.
+	DefaultConnectTimeout = 10 * time.Second
+
+	// poolPingAfter is the silence after which a PING is sent, and
+	// poolPingTimeout how long its answer may take before the connection
+	// is dropped (hbone-wire.md, "HTTP/2 settings").
+	poolPingAfter   = 10 * time.Second
+	poolPingTimeout = 20 * time.Second
+)
+
+// ErrPoolClosed is returned by Connect after Close.
+var ErrPoolClosed = errors.New("hbone: pool closed")
+
+// PoolOptions configure a Pool. Zero values take the documented defaults.
+type PoolOptions struct {
+	// Certificate is our chain and key; the SPIFFE ID of its leaf is the
+	// source identity. Required.
+	Certificate tls.Certificate
+	// Roots is the trust bundle servers must chain to. Required.
+	Roots *x509.CertPool
+	// MaxStreamsPerConn caps the streams of one connection; the effective
+	// cap is min(this, the peer's SETTINGS_MAX_CONCURRENT_STREAMS).
+	// Default DefaultMaxStreamsPerConn.
+	MaxStreamsPerConn int
+	// IdleTimeout closes a connection that carried no stream this long.
+	// Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// ConnectTimeout bounds TCP + TLS + HTTP/2 setup of one connection.
+	// Default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// Logger receives the pool's logs (named "pool"). Default: none.
+	Logger hclog.Logger
+	// Dial, if set, replaces net.Dialer.DialContext for the TCP connection
+	// (tests). ConnectRequest.SourceIP is then not bound by the pool.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// pingAfter and pingTimeout override poolPingAfter and poolPingTimeout
+	// (tests).
+	pingAfter, pingTimeout time.Duration
+}
+
+// PoolStats is a snapshot of a Pool's counters.
+type PoolStats struct {
+	ConnsOpened uint64 // connections set up successfully since NewPool
+	ConnsOpen   int    // connections currently held, draining ones included
+	StreamsOpen int    // streams currently open (or being opened) on them
+}
+
+// Pool carries HBONE flows over shared HTTP/2 connections, one CONNECT
+// stream per flow. It is safe for concurrent use. Close ends it.
+type Pool struct {
+	opts     PoolOptions
+	srcID    string
+	log      hclog.Logger
+	ctx      context.Context // cancelled by Close; parent of dials and streams
+	cancel   context.CancelFunc
+	kick     chan struct{} // wakes the reaper; buffered 1, sends never block
+	wg       sync.WaitGroup
+	closeMu  sync.Mutex // serializes Close
+	closeErr error
+
+	mu     sync.Mutex
+	closed bool
+	keys   map[poolKey]*poolEntry
+	opened uint64
+}
+
+// poolKey is invariant 1's key. ids is the sorted expected identities
+// joined by newlines (a newline cannot appear in a SPIFFE ID).
+type poolKey struct {
+	src   string
+	ids   string
+	addr  netip.AddrPort
+	srcIP netip.Addr
+}
+
+// poolEntry is the state of one key: its connections and its dial.
+type poolEntry struct {
+	conns   []*poolConn
+	dialing *poolDial // nil when no dial runs (invariant 4)
+}
+
+// poolDial is one dial in flight; done is closed when conn or err is set.
+type poolDial struct {
+	done chan struct{}
+	conn *poolConn
+	err  error
+}
+
+// poolConn is one HTTP/2 connection. Fields after mu's comment are guarded
+// by Pool.mu.
+type poolConn struct {
+	key        poolKey
+	cc         *http.ClientConn
+	peerID     string
+	maxStreams int
+	readerDone <-chan struct{} // closed when the connection's reader stopped
+
+	// guarded by Pool.mu
+	inflight  int
+	idleSince time.Time
+	removed   bool
+}
+
+// NewPool checks opts, fills in defaults and returns a running pool.
+func NewPool(opts PoolOptions) (*Pool, error) {
+	if len(opts.Certificate.Certificate) == 0 {
+		return nil, errors.New("hbone: pool: no certificate")
+	}
+	if opts.Roots == nil {
+		return nil, errors.New("hbone: pool: no trust roots")
+	}
+	leaf := opts.Certificate.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(opts.Certificate.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("hbone: pool: certificate: %w", err)
+		}
+	}
+	src, err := IdentityOf(leaf)
+	if err != nil {
+		return nil, fmt.Errorf("hbone: pool: certificate: %w", err)
+	}
+	if opts.MaxStreamsPerConn <= 0 {
+		opts.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.ConnectTimeout <= 0 {
+		opts.ConnectTimeout = DefaultConnectTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.pingAfter <= 0 {
+		opts.pingAfter = poolPingAfter
+	}
+	if opts.pingTimeout <= 0 {
+		opts.pingTimeout = poolPingTimeout
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		opts:   opts,
+		srcID:  src,
+		log:    opts.Logger.Named("pool"),
+		ctx:    ctx,
+		cancel: cancel,
+		kick:   make(chan struct{}, 1),
+		keys:   make(map[poolKey]*poolEntry),
+	}
+	p.wg.Add(1)
+	go p.reaper()
+	return p, nil
+}
+
+// keyFor computes invariant 1's key of req.
+func (p *Pool) keyFor(req *ConnectRequest) poolKey {
+	ids := slices.Clone(req.Identities)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	return poolKey{src: p.srcID, ids: strings.Join(ids, "\n"), addr: req.Address, srcIP: req.SourceIP}
+}
+
+// acquire returns a connection of key with a slot taken for one stream,
+// dialling (or waiting for the dial in flight) when none has room.
+func (p *Pool) acquire(ctx context.Context, key poolKey, ids []string) (*poolConn, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrPoolClosed
+		}
+		e := p.keys[key]
+		if e == nil {
+			e = &poolEntry{}
+			p.keys[key] = e
+		}
+		if pc := p.takeSlotLocked(e); pc != nil {
+			p.mu.Unlock()
+			return pc, nil
+		}
+		d := e.dialing
+		if d == nil {
+			d = &poolDial{done: make(chan struct{})}
+			e.dialing = d
+			p.wg.Add(1)
+			go p.runDial(key, ids, d)
+		}
+		p.mu.Unlock()
+
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("hbone: connect %s: waiting for connection: %w", key.addr, ctx.Err())
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		// The new connection is in e.conns now; loop to take a slot on it
+		// (or on any other), racing fairly with the other waiters.
+	}
+}
+
+// takeSlotLocked takes a stream slot on the first connection of e with
+// room, or returns nil.
+func (p *Pool) takeSlotLocked(e *poolEntry) *poolConn {
+	for _, pc := range e.conns {
+		if pc.inflight >= pc.maxStreams {
+			continue
+		}
+		// Reserve refuses after GOAWAY, on a failed or closing connection
+		// and at a peer limit lowered after the first SETTINGS.
+		if pc.cc.Reserve() != nil {
+			continue
+		}
+		pc.inflight++
+		return pc
+	}
+	return nil
+}
+
+// release gives back the slot of a stream that ended (invariant 2).
+func (p *Pool) release(pc *poolConn) {
+	p.mu.Lock()
+	pc.inflight--
+	idle := pc.inflight == 0
+	if idle {
+		pc.idleSince = time.Now()
+	}
+	p.mu.Unlock()
+	if idle {
+		p.wake()
+	}
+}
+
+// wake asks the reaper for a scan without ever blocking.
+func (p *Pool) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runDial sets up one connection for key and hands the result to every
+// waiter of d.
+func (p *Pool) runDial(key poolKey, ids []string, d *poolDial) {
+	defer p.wg.Done()
+	pc, err := p.dial(key, ids)
+	p.mu.Lock()
+	e := p.keys[key] // nil if Close ran meanwhile
+	switch {
+	case err != nil:
+		d.err = err
+	case p.closed:
+		d.err = ErrPoolClosed
+	default:
+		p.opened++
+		pc.idleSince = time.Now()
+		e.conns = append(e.conns, pc)
+		d.conn = pc
+	}
+	if e != nil {
+		e.dialing = nil
+		if len(e.conns) == 0 {
+			delete(p.keys, key)
+		}
+	}
+	close(d.done)
+	p.mu.Unlock()
+	switch {
+	case err != nil:
+		p.log.Debug("dial failed", "addr", key.addr, "error", err)
+	case d.err != nil: // Close ran during the dial and did not see pc
+		pc.close()
+		<-pc.readerDone
+	default:
+		p.log.Debug("connection up", "addr", key.addr, "peer", pc.peerID, "max_streams", pc.maxStreams)
+	}
+}
+
+// reaper closes failed, drained and idle connections (invariants 3 and 5).
+// It scans when woken (a stream released the last slot of a connection, a
+// connection changed state) and when the earliest idle deadline passes.
+func (p *Pool) reaper() {
+	defer p.wg.Done()
+	defer p.log.Trace("reaper stopped")
+	timer := time.NewTimer(p.opts.IdleTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.kick:
+		case <-timer.C:
+		}
+		next := p.reap(time.Now())
+		timer.Reset(next)
+	}
+}
+
+// reap removes and closes what invariants 3 and 5 say must go, and
+// returns how long until the next idle deadline.
+func (p *Pool) reap(now time.Time) time.Duration {
+	next := p.opts.IdleTimeout
+	var doomed []*poolConn
+	p.mu.Lock()
+	for key, e := range p.keys {
+		kept := e.conns[:0]
+		for _, pc := range e.conns {
+			why := ""
+			switch {
+			case pc.cc.Err() != nil:
+				why = "failed"
+			case pc.inflight > 0:
+			case pc.cc.Available() == 0:
+				why = "drained" // GOAWAY or closing, last stream gone
+			case now.Sub(pc.idleSince) >= p.opts.IdleTimeout:
+				why = "idle"
+			default:
+				next = min(next, pc.idleSince.Add(p.opts.IdleTimeout).Sub(now))
+			}
+			if why == "" {
+				kept = append(kept, pc)
+				continue
+			}
+			pc.removed = true
+			doomed = append(doomed, pc)
+			p.log.Debug("closing connection", "addr", key.addr, "reason", why, "streams", pc.inflight)
+		}
+		clear(e.conns[len(kept):])
+		e.conns = kept
+		if len(e.conns) == 0 && e.dialing == nil {
+			delete(p.keys, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, pc := range doomed {
+		pc.close()
+	}
+	return max(next, time.Millisecond)
+}
+
+// close closes the HTTP/2 connection; streams still on it fail.
+func (pc *poolConn) close() {
+	pc.cc.Close()
+}
+
+// Close closes every connection (open streams fail), stops the pool's
+// goroutines and waits for them and for every connection's reader.
+// Connect fails with ErrPoolClosed afterwards. Close may be called more
+// than once.
+func (p *Pool) Close() error {
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return p.closeErr
+	}
+	p.closed = true
+	var all []*poolConn
+	for _, e := range p.keys {
+		all = append(all, e.conns...)
+		e.conns = nil
+	}
+	clear(p.keys)
+	p.mu.Unlock()
+
+	p.cancel() // aborts dials in flight and every stream
+	for _, pc := range all {
+		pc.close()
+	}
+	p.wg.Wait()
+	for _, pc := range all {
+		<-pc.readerDone
+	}
+	return p.closeErr
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PoolStats{ConnsOpened: p.opened}
+	for _, e := range p.keys {
+		s.ConnsOpen += len(e.conns)
+		for _, pc := range e.conns {
+			s.StreamsOpen += pc.inflight
+		}
+	}
+	return s
+}

@@ -1,0 +1,229 @@
+package hbone
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+)
+
+// HTTP/2 settings of the client side (hbone-wire.md, "HTTP/2 settings";
+// measurements in field-notes.md).
+const (
+	// poolStreamWindow and poolConnWindow: 4 MiB / 16 MiB windows took one
+	// stream from 3.8 to 4.5 Gbit/s. The connection window must exceed the
+	// stream window: equal values can deadlock several streams.
+	poolStreamWindow = 4 << 20
+	poolConnWindow   = 16 << 20
+	// poolMaxFrame is set explicitly: Go clamps 0 to 16 KiB, and 16 KiB
+	// frames measured 2.9 Gbit/s against 4.5 with 1 MiB.
+	poolMaxFrame = 1 << 20
+	// poolMaxHeaderList is the SETTINGS_MAX_HEADER_LIST_SIZE we announce.
+	// net/http adds 320 bytes (10 fields of 32 bytes of HPACK overhead) to
+	// MaxResponseHeaderBytes, so we ask for 320 less to put 16 KiB on the
+	// wire.
+	poolMaxHeaderList = 16 << 10
+	poolHeaderPadding = 10 * 32
+)
+
+// dial sets up one connection for key: TCP, TLS (the server must present
+// one of ids) and HTTP/2, and waits for the peer's first SETTINGS so the
+// stream cap is known. ConnectTimeout bounds all of it.
+func (p *Pool) dial(key poolKey, ids []string) (*poolConn, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, p.opts.ConnectTimeout)
+	defer cancel()
+
+	var nc *poolNetConn // set by DialTLSContext, which NewClientConn calls once
+	var protocols http.Protocols
+	protocols.SetHTTP2(true)
+	tr := &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, err := p.dialTLS(ctx, key, ids)
+			nc = c
+			return c, err
+		},
+		Protocols:              &protocols,
+		DisableCompression:     true, // a tunnel: never ask for gzip
+		MaxResponseHeaderBytes: poolMaxHeaderList - poolHeaderPadding,
+		HTTP2: &http.HTTP2Config{
+			MaxReadFrameSize:              poolMaxFrame,
+			MaxReceiveBufferPerConnection: poolConnWindow,
+			MaxReceiveBufferPerStream:     poolStreamWindow,
+			SendPingTimeout:               p.opts.pingAfter,
+			PingTimeout:                   p.opts.pingTimeout,
+		},
+	}
+	cc, err := tr.NewClientConn(ctx, "https", key.addr.String())
+	if err != nil {
+		return nil, fmt.Errorf("hbone: connect %s: %w", key.addr, err)
+	}
+	fail := func(err error) (*poolConn, error) {
+		cc.Close()
+		<-nc.readerDone
+		return nil, fmt.Errorf("hbone: connect %s: %w", key.addr, err)
+	}
+	select {
+	case <-nc.settingsApplied:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("waiting for the peer's HTTP/2 SETTINGS: %w", ctx.Err()))
+	}
+	if nc.settingsErr != nil {
+		return fail(nc.settingsErr)
+	}
+	maxStreams := p.opts.MaxStreamsPerConn
+	if nc.peerMaxStreams >= 0 {
+		maxStreams = min(maxStreams, nc.peerMaxStreams)
+	}
+	if maxStreams == 0 {
+		return fail(errors.New("peer allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)"))
+	}
+	// The hook runs on the transport's goroutines, maybe under its locks:
+	// it only wakes the reaper.
+	cc.SetStateHook(func(c *http.ClientConn) {
+		if c.Err() != nil {
+			p.wake()
+		}
+	})
+	return &poolConn{
+		key:        key,
+		cc:         cc,
+		peerID:     PeerIdentity(nc.ConnectionState()),
+		maxStreams: maxStreams,
+		readerDone: nc.readerDone,
+	}, nil
+}
+
+// dialTLS opens the TCP connection and completes the TLS handshake.
+func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*poolNetConn, error) {
+	addr := key.addr.String()
+	var raw net.Conn
+	var err error
+	if p.opts.Dial != nil {
+		raw, err = p.opts.Dial(ctx, "tcp", addr)
+	} else {
+		var d net.Dialer
+		if key.srcIP.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: key.srcIP.AsSlice(), Zone: key.srcIP.Zone()}
+		}
+		raw, err = d.DialContext(ctx, "tcp", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tcp (is HBONE port %d reachable?): %w", key.addr.Port(), err)
+	}
+	tc := tls.Client(raw, ClientConfig(p.opts.Certificate, p.opts.Roots, ids))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	return newPoolNetConn(tc), nil
+}
+
+// poolNetConn is the TLS connection under one HTTP/2 client connection.
+// It watches the first frame the peer sends, which RFC 9113 §3.4 requires
+// to be SETTINGS, to learn SETTINGS_MAX_CONCURRENT_STREAMS: net/http's
+// ClientConn does not say when the peer's limit is known, and before that
+// it assumes 100. settingsApplied is closed on the Read after the one that
+// completed the frame: the HTTP/2 reader only reads again once it has
+// processed every frame it holds, so by then the limit is in force.
+type poolNetConn struct {
+	*tls.Conn
+
+	settingsApplied chan struct{}
+	settingsOnce    sync.Once
+	settingsErr     error // valid once settingsApplied is closed
+	peerMaxStreams  int   // -1: not announced; valid if settingsErr is nil
+
+	readerDone chan struct{} // closed when a Read failed: the reader stops
+	readerOnce sync.Once
+
+	// Owned by the reading goroutine.
+	sniffing     bool
+	applyPending bool
+	hdr          [9]byte
+	hdrLen       int
+	payload      []byte
+	payloadLen   int
+}
+
+// poolMaxSettingsFrame bounds what the sniffer buffers: a first SETTINGS
+// frame longer than this (over 2,700 settings) is refused.
+const poolMaxSettingsFrame = 16 << 10
+
+func newPoolNetConn(tc *tls.Conn) *poolNetConn {
+	return &poolNetConn{
+		Conn:            tc,
+		settingsApplied: make(chan struct{}),
+		peerMaxStreams:  -1,
+		readerDone:      make(chan struct{}),
+		sniffing:        true,
+	}
+}
+
+func (c *poolNetConn) Read(b []byte) (int, error) {
+	if c.applyPending {
+		c.applyPending = false
+		c.settingsDone(nil)
+	}
+	n, err := c.Conn.Read(b)
+	if c.sniffing && n > 0 {
+		c.sniff(b[:n])
+	}
+	if err != nil {
+		c.settingsDone(fmt.Errorf("before the peer's SETTINGS: %w", err))
+		c.readerOnce.Do(func() { close(c.readerDone) })
+	}
+	return n, err
+}
+
+func (c *poolNetConn) Close() error {
+	c.settingsDone(errors.New("connection closed before the peer's SETTINGS"))
+	return c.Conn.Close()
+}
+
+// settingsDone publishes the sniffer's result once.
+func (c *poolNetConn) settingsDone(err error) {
+	c.settingsOnce.Do(func() {
+		c.settingsErr = err
+		close(c.settingsApplied)
+	})
+}
+
+// sniff consumes the peer's first bytes until its first frame is whole.
+func (c *poolNetConn) sniff(b []byte) {
+	if c.hdrLen < len(c.hdr) {
+		k := copy(c.hdr[c.hdrLen:], b)
+		c.hdrLen += k
+		b = b[k:]
+		if c.hdrLen < len(c.hdr) {
+			return
+		}
+		c.payloadLen = int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
+		typ, flags, stream := c.hdr[3], c.hdr[4], binary.BigEndian.Uint32(c.hdr[5:])&(1<<31-1)
+		const frameSettings, flagAck = 0x4, 0x1
+		if typ != frameSettings || flags&flagAck != 0 || stream != 0 ||
+			c.payloadLen%6 != 0 || c.payloadLen > poolMaxSettingsFrame {
+			c.sniffing = false
+			c.settingsDone(errors.New("peer did not start with a SETTINGS frame (not HTTP/2?)"))
+			return
+		}
+		c.payload = make([]byte, 0, c.payloadLen)
+	}
+	k := min(len(b), c.payloadLen-len(c.payload))
+	c.payload = append(c.payload, b[:k]...)
+	if len(c.payload) < c.payloadLen {
+		return
+	}
+	const settingMaxConcurrentStreams = 0x3
+	for s := c.payload; len(s) >= 6; s = s[6:] {
+		if binary.BigEndian.Uint16(s) == settingMaxConcurrentStreams {
+			c.peerMaxStreams = int(min(binary.BigEndian.Uint32(s[2:]), 1<<31-1))
+		}
+	}
+	c.sniffing = false
+	c.payload = nil
+	c.applyPending = true
+}
