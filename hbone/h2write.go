@@ -1,0 +1,259 @@
+package hbone
+
+import (
+	"bufio"
+	"bytes"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// h2kind is what the writer goroutine is asked to send.
+type h2kind uint8
+
+const (
+	h2Data         h2kind = iota // DATA (maybe empty, with END_STREAM)
+	h2Headers                    // HEADERS :status
+	h2RST                        // RST_STREAM
+	h2Preface                    // our SETTINGS, then WINDOW_UPDATE on stream 0
+	h2SettingsAck                // SETTINGS ACK (and a new HPACK table size)
+	h2Ping                       // PING or PING ACK
+	h2GoAway                     // GOAWAY
+	h2WindowUpdate               // WINDOW_UPDATE
+)
+
+// h2frame is one frame queued to the writer. DATA frames point into the
+// caller's buffer: the writer signals done once the frame is in the
+// bufio.Writer, and only then does Write return and release the buffer.
+type h2frame struct {
+	kind     h2kind
+	streamID uint32
+	st       *ServerStream // DATA only: skipped once the stream is reset
+	data     []byte
+	end      bool // END_STREAM (DATA, HEADERS) or ACK (PING)
+	status   int
+	code     http2.ErrCode
+	n        uint32 // WINDOW_UPDATE increment, GOAWAY last stream, HPACK table size
+	hasN     bool   // SETTINGS ACK: n is the peer's new HEADER_TABLE_SIZE
+	ping     [8]byte
+	done     chan<- error // DATA: result, exactly once
+}
+
+// h2bufSize is the bufio.Writer in front of the TLS conn: crypto/tls
+// writes one record (and one syscall) per Write, so small frames queued
+// together (WINDOW_UPDATEs, HEADERS, short DATA) leave in one flush.
+const h2bufSize = 64 << 10
+
+// h2drainTimeout bounds writing the last frames (GOAWAY) of a connection
+// that is being torn down.
+const h2drainTimeout = time.Second
+
+// queueLocked hands f to the writer; false if the connection is closed
+// (then f.done is not signalled). The caller holds c.mu.
+func (c *srvConn) queueLocked(f h2frame) bool {
+	if c.closed {
+		return false
+	}
+	c.wq = append(c.wq, f)
+	if f.kind != h2Data {
+		c.wqControl++
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// queueControlLocked queues a frame the peer provoked (ACKs, refusals). A
+// peer that provokes more than srvMaxQueuedControl of them without reading
+// our side gets a connection error.
+func (c *srvConn) queueControlLocked(f h2frame) error {
+	if err := c.controlBudgetLocked(); err != nil {
+		return err
+	}
+	c.queueLocked(f)
+	return nil
+}
+
+func (c *srvConn) controlBudgetLocked() error {
+	if c.wqControl >= srvMaxQueuedControl {
+		return h2connErr(http2.ErrCodeEnhanceYourCalm, "too many control frames queued; peer is not reading")
+	}
+	return nil
+}
+
+// h2writeLoop is the connection's only writer. It takes the whole queue
+// at once, writes it through a bufio.Writer and flushes when the queue is
+// empty. After a write error it keeps failing DATA frames until the
+// connection is torn down. It returns when draining and the queue is empty.
+func (c *srvConn) h2writeLoop() {
+	defer close(c.writerDone)
+	bw := bufio.NewWriterSize(c.tc, h2bufSize)
+	fr := http2.NewFramer(bw, nil)
+	var hbuf bytes.Buffer
+	henc := hpack.NewEncoder(&hbuf)
+	var werr error
+	var batch []h2frame
+	for {
+		c.mu.Lock()
+		batch, c.wq = c.wq, batch[:0]
+		c.wqControl = 0
+		draining, closeWrite := c.draining, c.closeWhenFlushed
+		c.mu.Unlock()
+
+		if len(batch) == 0 {
+			if werr == nil && bw.Buffered() > 0 {
+				c.h2deadline()
+				werr = bw.Flush()
+				c.h2writeFailed(werr)
+			}
+			if draining {
+				return
+			}
+			if closeWrite && werr == nil {
+				c.h2closeWrite()
+			}
+			select {
+			case <-c.wake:
+			case <-c.drain:
+			}
+			continue
+		}
+		for i := range batch {
+			f := &batch[i]
+			err := werr
+			if err == nil {
+				err = c.h2write(fr, henc, &hbuf, f)
+				if se, ok := err.(*h2streamErr); ok {
+					err = se.err // only this frame's stream is done
+				} else {
+					werr = err
+				}
+			}
+			if f.done != nil {
+				f.done <- err
+			}
+			batch[i] = h2frame{} // drop the reference to the caller's buffer
+		}
+	}
+}
+
+// h2write writes one frame. A DATA frame of a reset stream is not sent:
+// its error is the stream's and the connection stays healthy.
+func (c *srvConn) h2write(fr *http2.Framer, henc *hpack.Encoder, hbuf *bytes.Buffer, f *h2frame) error {
+	if f.kind == h2Data {
+		c.mu.Lock()
+		reset, serr := f.st.reset, f.st.werr
+		c.mu.Unlock()
+		if reset {
+			if serr == nil {
+				serr = errSrvStreamClosed
+			}
+			return &h2streamErr{serr}
+		}
+	}
+	c.h2deadline()
+	var err error
+	switch f.kind {
+	case h2Data:
+		err = fr.WriteData(f.streamID, f.end, f.data)
+	case h2Headers:
+		hbuf.Reset()
+		henc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(f.status)})
+		err = fr.WriteHeaders(http2.HeadersFrameParam{
+			StreamID:      f.streamID,
+			BlockFragment: hbuf.Bytes(),
+			EndStream:     f.end,
+			EndHeaders:    true,
+		})
+	case h2RST:
+		err = fr.WriteRSTStream(f.streamID, f.code)
+	case h2Preface:
+		err = fr.WriteSettings(c.srv.h2settings()...)
+		if err == nil {
+			err = fr.WriteWindowUpdate(0, srvConnWindow-h2defaultWindow)
+		}
+	case h2SettingsAck:
+		if f.hasN {
+			henc.SetMaxDynamicTableSizeLimit(f.n)
+		}
+		err = fr.WriteSettingsAck()
+	case h2Ping:
+		err = fr.WritePing(f.end, f.ping)
+	case h2GoAway:
+		err = fr.WriteGoAway(f.n, f.code, nil)
+	case h2WindowUpdate:
+		err = fr.WriteWindowUpdate(f.streamID, f.n)
+	}
+	if err != nil {
+		c.h2writeFailed(err)
+	}
+	return err
+}
+
+// h2streamErr is a DATA frame that was not written because its stream
+// ended; it does not break the connection.
+type h2streamErr struct{ err error }
+
+func (e *h2streamErr) Error() string { return e.err.Error() }
+func (e *h2streamErr) Unwrap() error { return e.err }
+
+// h2deadline bounds the next write; shorter once the connection is being
+// torn down, so a peer that stopped reading cannot delay the end.
+func (c *srvConn) h2deadline() {
+	d := srvWriteTimeout
+	select {
+	case <-c.drain:
+		d = h2drainTimeout
+	default:
+	}
+	c.tc.SetWriteDeadline(time.Now().Add(d))
+}
+
+// h2writeFailed closes the connection after a write error: the TLS state
+// is unusable, and the read loop must notice and tear everything down.
+func (c *srvConn) h2writeFailed(err error) {
+	if err == nil {
+		return
+	}
+	if _, ok := err.(*h2streamErr); ok {
+		return
+	}
+	c.log.Debug("write failed, closing", "error", err)
+	c.raw.Close()
+}
+
+// h2closeWrite ends a connection gracefully after GOAWAY once no stream is
+// left: close_notify and FIN, then the reader gets a little time to see
+// the peer close its side.
+func (c *srvConn) h2closeWrite() {
+	c.mu.Lock()
+	done := c.closeWriteDone
+	c.closeWriteDone = true
+	c.mu.Unlock()
+	if done {
+		return
+	}
+	c.tc.CloseWrite()
+	c.tc.SetReadDeadline(time.Now().Add(h2drainTimeout))
+}
+
+// h2defaultWindow is HTTP/2's initial window before SETTINGS (RFC 9113 §6.9.2).
+const h2defaultWindow = 65535
+
+// h2maxWindow is the largest legal flow-control window.
+const h2maxWindow = 1<<31 - 1
+
+// h2settings are the settings we announce (hbone-wire.md).
+func (s *Server) h2settings() []http2.Setting {
+	return []http2.Setting{
+		{ID: http2.SettingEnablePush, Val: 0},
+		{ID: http2.SettingMaxConcurrentStreams, Val: s.opts.MaxConcurrentStreams},
+		{ID: http2.SettingInitialWindowSize, Val: srvStreamWindow},
+		{ID: http2.SettingMaxFrameSize, Val: srvMaxFrameSize},
+		{ID: http2.SettingMaxHeaderListSize, Val: srvMaxHeaderList},
+	}
+}

@@ -1,0 +1,224 @@
+package hbone
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// Request is a valid CONNECT waiting for the handler's decision.
+type Request struct {
+	st     *ServerStream
+	target netip.AddrPort
+	header http.Header
+	peerID string
+	remote net.Addr
+}
+
+// Target is the parsed :authority: where the client wants to go.
+func (r *Request) Target() netip.AddrPort { return r.target }
+
+// PeerIdentity is the client's SPIFFE ID, from its verified certificate.
+func (r *Request) PeerIdentity() string { return r.peerID }
+
+// Header holds the regular request headers (forwarded, traceparent,
+// baggage...), keys canonicalized.
+func (r *Request) Header() http.Header { return r.header }
+
+// RemoteAddr is the TCP address of the HBONE connection's peer.
+func (r *Request) RemoteAddr() net.Addr { return r.remote }
+
+// Context is done when the stream or its connection ends (and when the
+// server closes): a handler dialling the target should give up then.
+func (r *Request) Context() context.Context { return r.st.ctx }
+
+// Accept answers 200 and returns the stream. It fails if the stream or the
+// connection already died, or if a decision was already made.
+func (r *Request) Accept() (*ServerStream, error) {
+	s := r.st
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.decided {
+		if s.reset && s.werr != nil {
+			return nil, s.werr
+		}
+		return nil, errSrvDecided
+	}
+	s.decided = true
+	if s.reset || !c.queueLocked(h2frame{kind: h2Headers, streamID: s.id, status: http.StatusOK}) {
+		if s.werr != nil {
+			return nil, s.werr
+		}
+		return nil, c.err
+	}
+	c.srv.streamsAccepted.Add(1)
+	return s, nil
+}
+
+// Reject answers status (with END_STREAM) and ends the stream. Statuses
+// outside 300..599 are sent as 500. Only the first decision counts.
+func (r *Request) Reject(status int) {
+	s := r.st
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.decided {
+		return
+	}
+	s.decided = true
+	if s.reset || c.closed {
+		return
+	}
+	if status < 300 || status > 599 {
+		c.log.Warn("handler rejected a CONNECT with a non-error status, sending 500", "status", status)
+		status = http.StatusInternalServerError
+	}
+	c.answerLocked(s.id, status, s.recvClosed)
+	c.failLocked(s, errSrvRejected)
+	c.srv.streamsRejected.Add(1)
+}
+
+// answerLocked ends a stream with a status: HEADERS with END_STREAM and,
+// if the client has not ended its side, RST_STREAM(NO_ERROR) so that it
+// stops sending (RFC 9113 §8.1).
+func (c *srvConn) answerLocked(id uint32, status int, peerEnded bool) {
+	c.queueLocked(h2frame{kind: h2Headers, streamID: id, status: status, end: true})
+	if !peerEnded {
+		c.queueLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeNo})
+	}
+}
+
+// onHeaders handles a HEADERS block: a new CONNECT, or trailers.
+func (c *srvConn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return h2connErr(http2.ErrCodeProtocol, "client opened an even-numbered stream")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id <= c.lastStreamID {
+		st := c.streams[id]
+		if st == nil {
+			return c.queueControlLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeStreamClosed})
+		}
+		// Trailers: they must end the stream. Their fields mean nothing
+		// to a tunnel and are dropped.
+		if !f.StreamEnded() || st.recvClosed {
+			c.resetLocked(st, http2.ErrCodeProtocol, errors.New("hbone: peer sent HEADERS in the middle of a stream"))
+			return nil
+		}
+		c.endRecvLocked(st)
+		return nil
+	}
+	c.lastStreamID = id
+	max := int(c.srv.opts.MaxConcurrentStreams)
+	// Handlers may outlive their streams (a stream reset during a dial);
+	// bounding them too keeps a client that opens and resets streams in a
+	// loop from piling up goroutines.
+	if c.goawaySent || len(c.streams) >= max || c.handlers >= 2*max {
+		return c.queueControlLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeRefusedStream})
+	}
+	if err := c.controlBudgetLocked(); err != nil {
+		return err
+	}
+	status := http.StatusRequestHeaderFieldsTooLarge
+	var target netip.AddrPort
+	var header http.Header
+	var err error
+	if !f.Truncated {
+		target, header, err = srvParseRequest(f.Fields)
+		status = http.StatusBadRequest
+	}
+	if f.Truncated || err != nil {
+		c.log.Debug("CONNECT refused", "stream", id, "status", status, "error", err)
+		c.answerLocked(id, status, f.StreamEnded())
+		c.srv.streamsRejected.Add(1)
+		return nil
+	}
+
+	st := newServerStream(c, id)
+	c.streams[id] = st
+	c.srv.streamsOpen.Add(1)
+	if f.StreamEnded() {
+		c.endRecvLocked(st)
+	}
+	req := &Request{
+		st:     st,
+		target: target,
+		header: header,
+		peerID: PeerIdentity(c.tc.ConnectionState()),
+		remote: c.raw.RemoteAddr(),
+	}
+	c.handlers++
+	c.wg.Add(1)
+	go c.runHandler(req)
+	return nil
+}
+
+// runHandler is the goroutine of one CONNECT; it answers 503 if the
+// handler decided nothing.
+func (c *srvConn) runHandler(req *Request) {
+	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		c.handlers--
+		c.mu.Unlock()
+	}()
+	defer req.Reject(http.StatusServiceUnavailable)
+	c.srv.opts.Handler(req)
+}
+
+// srvHopHeaders are connection-specific fields, malformed in HTTP/2
+// (RFC 9113 §8.2.2).
+var srvHopHeaders = []string{"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"}
+
+// srvParseRequest checks a CONNECT's header list (already checked by the
+// Framer for valid names and values, pseudo fields first and not
+// repeated) and returns its target and regular headers.
+func srvParseRequest(fields []hpack.HeaderField) (netip.AddrPort, http.Header, error) {
+	var method, authority string
+	var sawAuthority bool
+	header := make(http.Header)
+	for _, f := range fields {
+		switch f.Name {
+		case ":method":
+			method = f.Value
+		case ":authority":
+			authority, sawAuthority = f.Value, true
+		case ":scheme", ":path", ":protocol":
+			return netip.AddrPort{}, nil, fmt.Errorf("CONNECT must not carry %s", f.Name)
+		default:
+			if strings.HasPrefix(f.Name, ":") {
+				return netip.AddrPort{}, nil, fmt.Errorf("unknown pseudo-header %s", f.Name)
+			}
+			for _, h := range srvHopHeaders {
+				if f.Name == h {
+					return netip.AddrPort{}, nil, fmt.Errorf("connection-specific header %s", f.Name)
+				}
+			}
+			if f.Name == "te" && f.Value != "trailers" {
+				return netip.AddrPort{}, nil, errors.New(`te other than "trailers"`)
+			}
+			header.Add(http.CanonicalHeaderKey(f.Name), f.Value)
+		}
+	}
+	if method != http.MethodConnect {
+		return netip.AddrPort{}, nil, fmt.Errorf("method %q is not CONNECT", method)
+	}
+	if !sawAuthority {
+		return netip.AddrPort{}, nil, errors.New("CONNECT without :authority")
+	}
+	target, err := srvParseAuthority(authority)
+	if err != nil {
+		return netip.AddrPort{}, nil, err
+	}
+	return target, header, nil
+}
