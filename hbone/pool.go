@@ -132,9 +132,10 @@ type poolEntry struct {
 
 // poolDial is one dial in flight; done is closed when conn or err is set.
 type poolDial struct {
-	done chan struct{}
-	conn *poolConn
-	err  error
+	done    chan struct{}
+	conn    *poolConn
+	err     error
+	waiters int // Connects waiting for it; guarded by Pool.mu
 }
 
 // poolConn is one HTTP/2 connection. Fields after mu's comment are guarded
@@ -237,6 +238,7 @@ func (p *Pool) acquire(ctx context.Context, key poolKey, ids []string) (*poolCon
 			p.wg.Add(1)
 			go p.runDial(key, ids, d)
 		}
+		d.waiters++
 		p.mu.Unlock()
 
 		select {
