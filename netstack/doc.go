@@ -1,0 +1,32 @@
+// Package netstack terminates the TCP connections routed into a TUN device
+// with gVisor's userspace TCP/IP stack and hands each one to a Handler.
+//
+// The stack is a catch-all: its NIC is promiscuous and spoofing, with
+// default routes for 0.0.0.0/0 and ::/0, so it answers a SYN to any
+// destination, and the destination the client dialled is preserved. It
+// speaks IPv4 and IPv6, TCP only; UDP and ICMP are not forwarded.
+//
+// Setup order (New does it all):
+//
+//  1. a gVisor stack with IPv4, IPv6 and TCP, SACK on;
+//  2. the TCP forwarder, installed before the NIC exists so that no SYN
+//     can arrive unhandled;
+//  3. an fdbased link endpoint over the TUN fd (IP packets, no Ethernet
+//     header, MTU of the device);
+//  4. the NIC, promiscuous and spoofing, and the default routes.
+//
+// Use from another package:
+//
+//	dev, _ := tun.Open(tun.Options{Name: "meshtun0", Routes: ...})
+//	st, _ := netstack.New(netstack.Options{Device: dev, Handler: h, Logger: log})
+//	...
+//	st.Close() // stops the stack and waits for running Handlers
+//	dev.Close()
+//
+// Each SYN becomes a Request given to the Handler in its own goroutine.
+// The Handler decides: Accept completes the client's handshake and returns
+// the Conn, Reject answers with a RST. A Handler that returns without
+// deciding has rejected the request. The intended use is dial first: open
+// the upstream, then Accept on success or Reject on failure, then relay
+// with half-close (Conn.CloseWrite) inside the Handler.
+package netstack

@@ -1,0 +1,137 @@
+package netstack
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// Keepalive on accepted connections. gVisor leaves it off (and 2 h when
+// on): a client that vanishes without a FIN or RST would pin its Conn, the
+// Handler's goroutines and the upstream stream forever. 60 s idle + 3 × 10 s
+// probes drops a dead peer within ≈ 90 s while costing an idle connection
+// one small segment a minute.
+const (
+	keepaliveIdle     = 60 * time.Second
+	keepaliveInterval = 10 * time.Second
+	keepaliveCount    = 3
+)
+
+var (
+	// ErrDecided is returned by Accept when the request was already
+	// accepted or rejected (or rejected because its Handler returned).
+	ErrDecided = errors.New("netstack: request already accepted or rejected")
+	// ErrClosed is returned by Accept when the Stack is closing.
+	ErrClosed = errors.New("netstack: stack closed")
+)
+
+// Request is one incoming TCP SYN, waiting for its Handler to Accept or
+// Reject it. Its methods are safe for concurrent use.
+type Request struct {
+	s   *Stack
+	fr  *tcp.ForwarderRequest
+	src netip.AddrPort
+	dst netip.AddrPort
+
+	mu      sync.Mutex
+	decided bool // guarded by mu; set by the first Accept or Reject
+}
+
+func newRequest(s *Stack, fr *tcp.ForwarderRequest) *Request {
+	id := fr.ID()
+	return &Request{
+		s:   s,
+		fr:  fr,
+		src: netip.AddrPortFrom(toAddr(id.RemoteAddress), id.RemotePort),
+		dst: netip.AddrPortFrom(toAddr(id.LocalAddress), id.LocalPort),
+	}
+}
+
+// Src returns the client's address and port.
+func (r *Request) Src() netip.AddrPort { return r.src }
+
+// Dst returns the destination the client dialled (the original destination).
+func (r *Request) Dst() netip.AddrPort { return r.dst }
+
+// decide claims the decision; only its first caller gets true.
+func (r *Request) decide() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.decided {
+		return false
+	}
+	r.decided = true
+	return true
+}
+
+// Accept completes the client's handshake and returns the connection. It
+// blocks until the handshake is done. It returns ErrDecided if the request
+// was already accepted or rejected, ErrClosed if the Stack is closing, and
+// an error if the handshake fails (the client is then sent a RST).
+func (r *Request) Accept() (*Conn, error) {
+	if !r.decide() {
+		return nil, ErrDecided
+	}
+	s := r.s
+	if s.isClosed() {
+		s.rejected.Add(1)
+		r.fr.Complete(true)
+		return nil, ErrClosed
+	}
+	var wq waiter.Queue
+	ep, terr := r.fr.CreateEndpoint(&wq)
+	if terr != nil {
+		s.acceptFailures.Add(1)
+		r.fr.Complete(true)
+		return nil, fmt.Errorf("netstack: accept %s -> %s: %w", r.src, r.dst, toError(terr))
+	}
+	// The handshake is done: release the forwarder's in-flight slot.
+	r.fr.Complete(false)
+	if s.isClosed() {
+		ep.Abort()
+		return nil, ErrClosed
+	}
+	setOptions(ep)
+	s.forwarded.Add(1)
+	return &Conn{TCPConn: gonet.NewTCPConn(&wq, ep)}, nil
+}
+
+// Reject answers the client with a RST. It does nothing if the request was
+// already accepted or rejected.
+func (r *Request) Reject() {
+	if !r.decide() {
+		return
+	}
+	// Count before the RST goes out, so that a client that sees it also
+	// sees the count.
+	r.s.rejected.Add(1)
+	r.fr.Complete(true)
+}
+
+func setOptions(ep tcpip.Endpoint) {
+	ep.SocketOptions().SetKeepAlive(true)
+	idle := tcpip.KeepaliveIdleOption(keepaliveIdle)
+	interval := tcpip.KeepaliveIntervalOption(keepaliveInterval)
+	// These cannot fail on a connected TCP endpoint; errors are ignored.
+	_ = ep.SetSockOpt(&idle)
+	_ = ep.SetSockOpt(&interval)
+	_ = ep.SetSockOptInt(tcpip.KeepaliveCountOption, keepaliveCount)
+}
+
+// Conn is an accepted connection: a net.Conn with half-close. CloseWrite
+// sends a FIN and keeps reading; CloseRead stops reading and keeps writing.
+type Conn struct {
+	*gonet.TCPConn
+}
+
+func toAddr(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip
+}

@@ -1,0 +1,284 @@
+package netstack
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+
+	"github.com/meshtun/meshtun/tun"
+)
+
+const (
+	// DefaultMaxInFlight is the default Options.MaxInFlight. A request holds
+	// its slot until the Handler decides, which with dial-first is the whole
+	// upstream dial; past the limit gVisor drops SYNs silently (the client
+	// retransmits), so the limit stays in the thousands.
+	DefaultMaxInFlight = 4096
+
+	// DefaultReceiveWindow is the default Options.ReceiveWindow: gVisor's
+	// own default receive buffer, 1 MiB. It must be passed to the forwarder
+	// explicitly: tcp.NewForwarder ignores the stack's configured default.
+	DefaultReceiveWindow = 1 << 20
+
+	nicID tcpip.NICID = 1
+)
+
+// Options configures New. Either Device or FD and MTU must be set.
+type Options struct {
+	// Device is the TUN device to serve. The Stack takes a dup of its fd,
+	// which it closes in Close; the Device stays the caller's to close,
+	// after the Stack.
+	Device *tun.Device
+	// FD and MTU are used when Device is nil (tests): a TUN-like fd that
+	// carries one IP packet per read and write. The caller owns FD and
+	// closes it after Close returns.
+	FD  int
+	MTU int
+
+	// MaxInFlight bounds the requests whose Handler has not decided yet;
+	// past it SYNs are dropped and counted in Stats.InFlightDrops.
+	// DefaultMaxInFlight if 0.
+	MaxInFlight int
+	// ReceiveWindow is the initial receive buffer of accepted connections,
+	// in bytes; gVisor auto-tunes it from there. DefaultReceiveWindow if 0.
+	ReceiveWindow int
+	// GRO turns on gVisor's generic receive offload on the link endpoint,
+	// which coalesces inbound segments. It needs RX checksum offload (set
+	// with it: gVisor then trusts the kernel's checksums) or uploads stall
+	// (field-notes.md). It pays at small MTUs; off by default.
+	GRO bool
+
+	// Handler is called once per SYN, in its own goroutine. Required.
+	Handler func(*Request)
+	// Logger; a null logger if nil.
+	Logger hclog.Logger
+}
+
+// Stats are counters since New.
+type Stats struct {
+	// Requests is the number of SYNs handed to the Handler.
+	Requests uint64
+	// Forwarded is the number of requests accepted with a completed
+	// handshake.
+	Forwarded uint64
+	// Rejected is the number of requests answered with a RST (Reject, no
+	// decision, or a stack that was closing).
+	Rejected uint64
+	// AcceptFailures is the number of Accepts whose handshake failed.
+	AcceptFailures uint64
+	// InFlightDrops is the number of SYNs dropped because MaxInFlight
+	// requests were undecided.
+	InFlightDrops uint64
+}
+
+// Stack is a gVisor TCP/IP stack serving one TUN device.
+type Stack struct {
+	log     hclog.Logger
+	stack   *stack.Stack
+	fd      int
+	ownFD   bool
+	handler func(*Request)
+
+	mu       sync.Mutex
+	closed   bool           // guarded by mu
+	handlers sync.WaitGroup // Handler calls; Add only under mu while !closed
+
+	closeOnce sync.Once
+	closeErr  error
+
+	requests, forwarded, rejected, acceptFailures atomic.Uint64
+}
+
+// New builds the stack over the device and starts serving it.
+func New(opts Options) (*Stack, error) {
+	if opts.Handler == nil {
+		return nil, errors.New("netstack: Options.Handler is nil")
+	}
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
+	}
+	if opts.ReceiveWindow == 0 {
+		opts.ReceiveWindow = DefaultReceiveWindow
+	}
+	if opts.MaxInFlight < 0 || opts.ReceiveWindow < 0 {
+		return nil, fmt.Errorf("netstack: negative MaxInFlight (%d) or ReceiveWindow (%d)", opts.MaxInFlight, opts.ReceiveWindow)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+
+	s := &Stack{log: log, handler: opts.Handler, fd: opts.FD}
+	mtu := opts.MTU
+	if opts.Device != nil {
+		fd, err := opts.Device.FD()
+		if err != nil {
+			return nil, fmt.Errorf("netstack: %w", err)
+		}
+		s.fd, s.ownFD, mtu = fd, true, opts.Device.MTU()
+	}
+	if mtu <= 0 {
+		s.closeFD()
+		return nil, fmt.Errorf("netstack: MTU %d: set Options.Device, or FD and MTU", mtu)
+	}
+
+	if err := s.build(opts, mtu); err != nil {
+		if s.stack != nil {
+			s.stack.Destroy()
+		}
+		s.closeFD()
+		return nil, err
+	}
+	log.Info("stack up", "mtu", mtu, "max_in_flight", opts.MaxInFlight,
+		"receive_window", opts.ReceiveWindow, "gro", opts.GRO)
+	return s, nil
+}
+
+// build performs the setup order of the package doc.
+func (s *Stack) build(opts Options, mtu int) error {
+	s.stack = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
+	})
+
+	// SACK is on by default in this gVisor; set it anyway so a version that
+	// changes the default doesn't silently cost recovery speed.
+	sack := tcpip.TCPSACKEnabled(true)
+	if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+		return fmt.Errorf("netstack: enable SACK: %w", toError(err))
+	}
+
+	fwd := tcp.NewForwarder(s.stack, opts.ReceiveWindow, opts.MaxInFlight, s.forward)
+	s.stack.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
+
+	ep, err := fdbased.New(&fdbased.Options{
+		FDs:            []int{s.fd},
+		MTU:            uint32(mtu),
+		EthernetHeader: false,
+		// Never TXChecksumOffload: the kernel drops the checksum-less
+		// SYN-ACKs of a TUN without vnet headers (field-notes.md).
+		RXChecksumOffload: opts.GRO,
+		GRO:               opts.GRO,
+		// Called when the read loop ends: on Close (a stop reads as an
+		// error too), or because the TUN failed (e.g. the device was
+		// deleted under the stack).
+		ClosedFunc: func(e tcpip.Error) {
+			if s.isClosed() {
+				return
+			}
+			s.log.Error("TUN read failed; no more packets will be received", "error", toError(e))
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("netstack: link endpoint: %w", err)
+	}
+	if err := s.stack.CreateNICWithOptions(nicID, ep, stack.NICOptions{Name: "tun"}); err != nil {
+		return fmt.Errorf("netstack: create NIC: %w", toError(err))
+	}
+	// Promiscuous: accept packets for any destination address.
+	// Spoofing: reply from that address.
+	if err := s.stack.SetPromiscuousMode(nicID, true); err != nil {
+		return fmt.Errorf("netstack: promiscuous mode: %w", toError(err))
+	}
+	if err := s.stack.SetSpoofing(nicID, true); err != nil {
+		return fmt.Errorf("netstack: spoofing: %w", toError(err))
+	}
+	s.stack.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	return nil
+}
+
+// forward runs in the goroutine gVisor's forwarder starts for each SYN.
+func (s *Stack) forward(fr *tcp.ForwarderRequest) {
+	r := newRequest(s, fr)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		r.Reject()
+		return
+	}
+	s.handlers.Add(1)
+	s.mu.Unlock()
+	defer s.handlers.Done()
+
+	s.requests.Add(1)
+	// A Handler that returns (or panics) without deciding has rejected:
+	// the forwarder's slot must be released exactly once either way.
+	defer r.Reject()
+	s.handler(r)
+}
+
+func (s *Stack) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Stats returns the counters.
+func (s *Stack) Stats() Stats {
+	return Stats{
+		Requests:       s.requests.Load(),
+		Forwarded:      s.forwarded.Load(),
+		Rejected:       s.rejected.Load(),
+		AcceptFailures: s.acceptFailures.Load(),
+		InFlightDrops:  s.stack.Stats().TCP.ForwardMaxInFlightDrop.Value(),
+	}
+}
+
+// Close stops the stack: new requests are rejected, every connection is
+// aborted (the client gets a RST, and I/O on its Conn fails), the TUN is no
+// longer read, and Close waits for running Handlers to return and for the
+// stack's goroutines to end. Handlers must return once their Conn fails.
+// Close is idempotent; later calls return the first call's result.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+
+		// Abort all endpoints while the NIC can still send their RSTs,
+		// and stop TCP processing.
+		s.stack.Close()
+		// Stop reading the TUN; this waits for the link's dispatch loop.
+		if err := s.stack.RemoveNIC(nicID); err != nil {
+			s.log.Debug("remove NIC", "error", toError(err))
+		}
+		// An Accept that passed its closed check just before Close may
+		// have registered its endpoint after the aborts above: abort
+		// again. With the NIC gone no new endpoint can find a route.
+		for _, ep := range s.stack.RegisteredEndpoints() {
+			ep.Abort()
+		}
+		s.handlers.Wait()
+		s.stack.Wait()
+		s.closeErr = s.closeFD()
+		st := s.Stats()
+		s.log.Info("stack closed", "requests", st.Requests, "forwarded", st.Forwarded,
+			"rejected", st.Rejected, "in_flight_drops", st.InFlightDrops)
+	})
+	return s.closeErr
+}
+
+func (s *Stack) closeFD() error {
+	if !s.ownFD {
+		return nil
+	}
+	s.ownFD = false
+	if err := unix.Close(s.fd); err != nil {
+		return fmt.Errorf("netstack: close TUN fd: %w", err)
+	}
+	return nil
+}
