@@ -21,14 +21,15 @@ type Gateway struct {
 	done chan struct{}
 	err  error // valid after done
 
-	mu   sync.Mutex
-	logs []string
+	mu      sync.Mutex
+	logs    []string
+	newLine chan struct{} // closed and replaced on every new line
 }
 
 // StartGateway runs `bin run --config config` inside node. Its stderr (the
 // log) is kept, and copied line by line to logw if not nil.
 func (n *Node) StartGateway(bin, config string, logw io.Writer) (*Gateway, error) {
-	g := &Gateway{Node: n, done: make(chan struct{})}
+	g := &Gateway{Node: n, done: make(chan struct{}), newLine: make(chan struct{})}
 	g.cmd = n.Command(context.Background(), bin, "run", "--config", config)
 	stderr, err := g.cmd.StderrPipe()
 	if err != nil {
@@ -47,6 +48,8 @@ func (n *Node) StartGateway(bin, config string, logw io.Writer) (*Gateway, error
 			line := sc.Text()
 			g.mu.Lock()
 			g.logs = append(g.logs, line)
+			close(g.newLine)
+			g.newLine = make(chan struct{})
 			g.mu.Unlock()
 			if logw != nil {
 				fmt.Fprintf(logw, "[%s] %s\n", n.Name, line)
@@ -77,6 +80,30 @@ func (g *Gateway) LogsContaining(s string) []string {
 		}
 	}
 	return out
+}
+
+// WaitLog waits until the gateway has logged a line containing s, and
+// returns it; or fails when ctx ends or the process exits.
+func (g *Gateway) WaitLog(ctx context.Context, s string) (string, error) {
+	seen := 0
+	for {
+		g.mu.Lock()
+		lines, wake := g.logs[seen:], g.newLine
+		seen = len(g.logs)
+		g.mu.Unlock()
+		for _, l := range lines {
+			if strings.Contains(l, s) {
+				return l, nil
+			}
+		}
+		select {
+		case <-wake:
+		case <-g.done:
+			return "", fmt.Errorf("topo: gateway in %s exited without logging %q", g.Node.Name, s)
+		case <-ctx.Done():
+			return "", fmt.Errorf("topo: gateway in %s did not log %q: %w", g.Node.Name, s, ctx.Err())
+		}
+	}
 }
 
 // WaitReady polls the gateway's readiness endpoint (addr, inside the node)
