@@ -94,6 +94,10 @@ type ServerOptions struct {
 	MaxConcurrentStreams uint32
 	// Logger; default hclog.NewNullLogger().
 	Logger hclog.Logger
+
+	// Keepalive timers; zero means srvPingInterval and srvPingTimeout.
+	// Unexported: only tests shorten them.
+	pingInterval, pingTimeout time.Duration
 }
 
 // ServerStats are counters of a Server since it was made.
@@ -112,7 +116,7 @@ type Server struct {
 	tlsConf *tls.Config
 	log     hclog.Logger
 
-	// Timers, copied from the constants so tests can shorten them.
+	// Timers, from the constants (tests shorten the keepalive).
 	handshakeTimeout time.Duration
 	pingInterval     time.Duration
 	pingTimeout      time.Duration
@@ -123,8 +127,8 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*srvConn]struct{}
-	closing   bool          // Close or Shutdown started: accept nothing new
-	drained   chan struct{} // closed when closing and conns is empty
+	closing   bool           // Close or Shutdown started: accept nothing new
+	drained   chan struct{}  // closed when closing and conns is empty
 	wg        sync.WaitGroup // Serve loops, ServeConn calls
 }
 
@@ -152,13 +156,19 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
+	if opts.pingInterval == 0 {
+		opts.pingInterval = srvPingInterval
+	}
+	if opts.pingTimeout == 0 {
+		opts.pingTimeout = srvPingTimeout
+	}
 	return &Server{
 		opts:             opts,
 		tlsConf:          ServerConfig(opts.Certificate, opts.Roots, opts.TrustDomain),
 		log:              opts.Logger,
 		handshakeTimeout: srvHandshakeTimeout,
-		pingInterval:     srvPingInterval,
-		pingTimeout:      srvPingTimeout,
+		pingInterval:     opts.pingInterval,
+		pingTimeout:      opts.pingTimeout,
 		listeners:        make(map[net.Listener]struct{}),
 		conns:            make(map[*srvConn]struct{}),
 		drained:          make(chan struct{}),
