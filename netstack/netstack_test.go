@@ -100,62 +100,70 @@ type seen struct {
 
 func TestAcceptEcho16MiB(t *testing.T) {
 	for _, fam := range families {
-		t.Run(fam.name, func(t *testing.T) {
-			reqs := make(chan seen, 1)
-			e := setup(t, netstack.Options{Handler: func(r *netstack.Request) {
-				reqs <- seen{r.Src(), r.Dst()}
-				c, err := r.Accept()
-				if err != nil {
-					t.Errorf("Accept: %v", err)
-					return
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(ioTimeout))
-				if _, err := io.Copy(c, c); err != nil {
-					t.Errorf("server echo: %v", err)
-				}
-				c.CloseWrite()
-			}})
+		for _, gro := range []bool{false, true} {
+			name := fam.name
+			if gro {
+				name += "/GRO"
+			}
+			t.Run(name, func(t *testing.T) { testEcho(t, fam.dst, fam.client, gro) })
+		}
+	}
+}
 
-			c, err := e.dial(fam.dst)
-			if err != nil {
-				t.Fatalf("dial %s: %v", fam.dst, err)
-			}
-			defer c.Close()
-			got := <-reqs
-			local := c.LocalAddr().(*net.TCPAddr).AddrPort()
-			if got.dst != fam.dst {
-				t.Errorf("Dst = %s; want %s", got.dst, fam.dst)
-			}
-			if got.src != local || got.src.Addr() != fam.client {
-				t.Errorf("Src = %s; want the client's %s (address %s)", got.src, local, fam.client)
-			}
+func testEcho(t *testing.T, dst netip.AddrPort, client netip.Addr, gro bool) {
+	reqs := make(chan seen, 1)
+	e := setup(t, netstack.Options{GRO: gro, Handler: func(r *netstack.Request) {
+		reqs <- seen{r.Src(), r.Dst()}
+		c, err := r.Accept()
+		if err != nil {
+			t.Errorf("Accept: %v", err)
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(ioTimeout))
+		if _, err := io.Copy(c, c); err != nil {
+			t.Errorf("server echo: %v", err)
+		}
+		c.CloseWrite()
+	}})
 
-			const size = 16 << 20
-			sent := sha256.New()
-			wdone := make(chan error, 1)
-			go func() {
-				_, err := io.Copy(c, io.TeeReader(io.LimitReader(rand.Reader, size), sent))
-				if err == nil {
-					err = c.CloseWrite()
-				}
-				wdone <- err
-			}()
-			recv := sha256.New()
-			n, err := io.Copy(recv, c)
-			if err != nil {
-				t.Fatalf("client read: %v after %d bytes", err, n)
-			}
-			if err := <-wdone; err != nil {
-				t.Fatalf("client write: %v", err)
-			}
-			if n != size || !bytes.Equal(sent.Sum(nil), recv.Sum(nil)) {
-				t.Fatalf("echo returned %d bytes, hash match %v; want %d, true", n, bytes.Equal(sent.Sum(nil), recv.Sum(nil)), size)
-			}
-			if st := e.st.Stats(); st.Forwarded != 1 || st.Requests != 1 {
-				t.Errorf("Stats = %+v; want 1 request forwarded", st)
-			}
-		})
+	c, err := e.dial(dst)
+	if err != nil {
+		t.Fatalf("dial %s: %v", dst, err)
+	}
+	defer c.Close()
+	got := <-reqs
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	if got.dst != dst {
+		t.Errorf("Dst = %s; want %s", got.dst, dst)
+	}
+	if got.src != local || got.src.Addr() != client {
+		t.Errorf("Src = %s; want the client's %s (address %s)", got.src, local, client)
+	}
+
+	const size = 16 << 20
+	sent := sha256.New()
+	wdone := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(c, io.TeeReader(io.LimitReader(rand.Reader, size), sent))
+		if err == nil {
+			err = c.CloseWrite()
+		}
+		wdone <- err
+	}()
+	recv := sha256.New()
+	n, err := io.Copy(recv, c)
+	if err != nil {
+		t.Fatalf("client read: %v after %d bytes", err, n)
+	}
+	if err := <-wdone; err != nil {
+		t.Fatalf("client write: %v", err)
+	}
+	if n != size || !bytes.Equal(sent.Sum(nil), recv.Sum(nil)) {
+		t.Fatalf("echo returned %d bytes, hash match %v; want %d, true", n, bytes.Equal(sent.Sum(nil), recv.Sum(nil)), size)
+	}
+	if st := e.st.Stats(); st.Forwarded != 1 || st.Requests != 1 {
+		t.Errorf("Stats = %+v; want 1 request forwarded", st)
 	}
 }
 
