@@ -94,12 +94,20 @@ func (g *Gateway) Identity() string { return g.identity }
 // and shuts down. It returns an error if anything fails to start; what it
 // had started by then is undone.
 func (g *Gateway) Run(ctx context.Context) (err error) {
-	var closers []func()
+	// closers undo what Run started, last first. The first one registered
+	// (so the last to run) waits for the flows, which end once the stack,
+	// the server and the pool below have closed their connections.
+	var (
+		closers  []func()
+		routines sync.WaitGroup // goroutines Run starts; all end before Run returns
+	)
 	defer func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
+		routines.Wait()
 	}()
+	closers = append(closers, g.flows.Wait)
 	g.loadOwnAddrs()
 
 	pool, err := hbone.NewPool(hbone.PoolOptions{
@@ -146,7 +154,8 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		}
 		rs := &http.Server{Handler: g.readinessHandler(), ReadHeaderTimeout: 5 * time.Second}
 		closers = append(closers, func() { rs.Close() })
-		go rs.Serve(readyLn)
+		routines.Add(1)
+		go func() { defer routines.Done(); rs.Serve(readyLn) }()
 	}
 
 	var stack *netstack.Stack
@@ -176,7 +185,8 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 
 	serveErr := make(chan error, 1)
 	if g.server != nil {
-		go func() { serveErr <- g.server.Serve(hboneLn) }()
+		routines.Add(1)
+		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
 	}
 	g.ready.Store(true)
 	g.log.Info("ready", "identity", g.identity, "tun", g.cfg.TUN.Name, "hbone", g.cfg.HBONE.Listen)
