@@ -141,14 +141,16 @@ func (c *srvConn) h2writeLoop() {
 	}
 }
 
-// h2write writes one frame. A DATA frame of a reset stream is not sent:
-// its error is the stream's and the connection stays healthy.
+// h2write writes one frame. A DATA frame of a stream the peer reset is
+// not sent: its error is the stream's and the connection stays healthy.
+// (DATA queued before our own RST_STREAM is sent: it precedes the RST,
+// and an END_STREAM queued by CloseWrite must not be lost to a Close.)
 func (c *srvConn) h2write(fr *http2.Framer, henc *hpack.Encoder, hbuf *bytes.Buffer, f *h2frame) error {
 	if f.kind == h2Data {
 		c.mu.Lock()
-		reset, serr := f.st.reset, f.st.werr
+		skip, serr := f.st.noSend, f.st.werr
 		c.mu.Unlock()
-		if reset {
+		if skip {
 			if serr == nil {
 				serr = errSrvStreamClosed
 			}

@@ -417,6 +417,7 @@ func (c *srvConn) teardown(cause error) {
 	c.closed = true
 	c.err = fmt.Errorf("hbone: HBONE connection closed: %w", net.ErrClosed)
 	for _, st := range c.streams {
+		st.noSend = true
 		c.failLocked(st, c.err)
 	}
 	c.draining = true

@@ -18,7 +18,7 @@ import (
 // srvRaw is a hand-driven HTTP/2 client for protocol edge cases: every
 // frame is written and read by the test itself.
 type srvRaw struct {
-	t    *testing.T
+	t    testing.TB
 	tc   *tls.Conn
 	fr   *http2.Framer
 	henc *hpack.Encoder

@@ -43,7 +43,8 @@ type ServerStream struct {
 	sendWin    int64 // what we may still send
 	recvClosed bool  // END_STREAM or RST received, or we reset
 	sendClosed bool  // END_STREAM or RST sent, or RST received
-	reset      bool  // RST either way: queued DATA is not sent
+	reset      bool  // RST either way
+	noSend     bool  // peer reset or connection gone: queued DATA is dropped
 	forgotten  bool  // out of c.streams
 	closed     bool  // Close was called
 	rerr       error // Read's error once buf is empty (io.EOF after END_STREAM)
@@ -266,6 +267,7 @@ func (c *srvConn) failLocked(s *ServerStream, err error) {
 // peerResetLocked handles the client's RST_STREAM. NO_ERROR and CANCEL
 // are a clean end: data received so far is still read, then io.EOF.
 func (c *srvConn) peerResetLocked(s *ServerStream, code http2.ErrCode) {
+	s.noSend = true
 	if code == http2.ErrCodeNo || code == http2.ErrCodeCancel {
 		if s.rerr == nil {
 			s.rerr = io.EOF

@@ -39,7 +39,7 @@ const (
 var srvTestCA = sync.OnceValues(func() (*devca.CA, error) { return devca.New(srvTestDomain) })
 
 type srvTestEnv struct {
-	t       *testing.T
+	t       testing.TB
 	ca      *devca.CA
 	srv     *Server
 	addr    string
@@ -47,7 +47,7 @@ type srvTestEnv struct {
 }
 
 // srvTestLogger routes logs to t.Log.
-func srvTestLogger(t *testing.T) hclog.Logger {
+func srvTestLogger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{
 		Name:   t.Name(),
 		Level:  hclog.Debug,
@@ -55,7 +55,7 @@ func srvTestLogger(t *testing.T) hclog.Logger {
 	})
 }
 
-type srvTestWriter struct{ t *testing.T }
+type srvTestWriter struct{ t testing.TB }
 
 func (w srvTestWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
@@ -65,7 +65,7 @@ func (w srvTestWriter) Write(p []byte) (int, error) {
 // newSrvTest starts a Server on 127.0.0.1 with handler; mod may adjust
 // the options or the server before it serves. Everything is closed in
 // t.Cleanup, and Serve must then return net.ErrClosed.
-func newSrvTest(t *testing.T, handler func(*Request), mod func(*ServerOptions)) *srvTestEnv {
+func newSrvTest(t testing.TB, handler func(*Request), mod func(*ServerOptions)) *srvTestEnv {
 	t.Helper()
 	ca, err := srvTestCA()
 	if err != nil {
@@ -161,7 +161,7 @@ type srvTestConnect struct {
 }
 
 // connect sends a CONNECT to target and waits for the response headers.
-func srvConnect(t *testing.T, cc *http2.ClientConn, target string) (*srvTestConnect, error) {
+func srvConnect(t testing.TB, cc *http2.ClientConn, target string) (*srvTestConnect, error) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -648,4 +648,29 @@ func TestServerCloseLeaksNothing(t *testing.T) {
 		cc.Close()
 	}
 	srvGoroutinesSettle(t, before)
+}
+
+// CloseWrite then Close at once (the target is gone, the client has not
+// ended its side): every byte and the END_STREAM still reach the client
+// before the RST_STREAM(CANCEL).
+func TestServerCloseAfterCloseWriteKeepsData(t *testing.T) {
+	const size = 2 << 20
+	e := newSrvTest(t, func(r *Request) {
+		st, err := r.Accept()
+		if err != nil {
+			return
+		}
+		srvSend(struct{ io.Writer }{st}, size)
+		st.CloseWrite()
+		st.Close()
+	}, nil)
+	cc := e.client()
+	cn, err := srvConnect(t, cc, srvTestTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, n, err := srvRecv(cn.resp.Body)
+	if err != nil || n != size {
+		t.Fatalf("read %d bytes, %v; want %d, EOF", n, err, size)
+	}
 }
