@@ -15,27 +15,41 @@ import (
 	"github.com/meshtun/meshtun/tun"
 )
 
-// load is the one path from a file to a checked config: run, validate and
-// cleanup all go through it.
-func load(path string) (*config.Config, error) {
-	return config.Load(path)
+// defaultConfig is where a node's config lives.
+const defaultConfig = "/etc/meshtun/gateway.toml"
+
+// load is the one path from a file to a gateway ready to run: parse,
+// defaults, every semantic check, certificate files, then everything
+// gateway.New checks. `run` and `validate` both go through it, so validate
+// accepts exactly what run accepts. The config's own errors are printed
+// to stderr (all of them) and reported as exit status 1.
+func load(path string, stderr io.Writer, log func(*config.Config) hclog.Logger) (*gateway.Gateway, *config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, exitError{1}
+	}
+	var l hclog.Logger
+	if log != nil {
+		l = log(cfg)
+	}
+	g, err := gateway.New(cfg, l)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, exitError{1}
+	}
+	return g, cfg, nil
 }
 
 func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
-	path := fs.String("config", "/etc/meshtun/gateway.toml", "the gateway's TOML config file")
+	path := fs.String("config", defaultConfig, "the gateway's TOML config file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := load(*path)
+	_, cfg, err := load(*path, stderr, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitError{1}
-	}
-	// The same checks run performs before it touches the system.
-	if _, err := gateway.New(cfg, nil); err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitError{1}
+		return err
 	}
 	fmt.Fprintf(stdout, "%s: ok (%d peers, %d workloads, %d services, %d policies)\n",
 		*path, len(cfg.Peers), len(cfg.Workloads), len(cfg.Services), len(cfg.Policies))
@@ -44,17 +58,15 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 
 func cmdRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", stderr)
-	path := fs.String("config", "/etc/meshtun/gateway.toml", "the gateway's TOML config file")
+	path := fs.String("config", defaultConfig, "the gateway's TOML config file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := load(*path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return exitError{1}
-	}
-	log := newLogger(cfg, stderr)
-	g, err := gateway.New(cfg, log)
+	var log hclog.Logger
+	g, cfg, err := load(*path, stderr, func(cfg *config.Config) hclog.Logger {
+		log = newLogger(cfg, stderr)
+		return log
+	})
 	if err != nil {
 		return err
 	}
@@ -81,7 +93,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 
 func cmdCleanup(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("cleanup", stderr)
-	path := fs.String("config", "/etc/meshtun/gateway.toml", "the gateway's TOML config file")
+	path := fs.String("config", defaultConfig, "the gateway's TOML config file")
 	name := fs.String("tun", "", "the device name (default: tun.name from the config)")
 	if err := fs.Parse(args); err != nil {
 		return err
