@@ -200,8 +200,10 @@ func (s *ServerStream) Reset() error {
 }
 
 // Close releases the stream. If it is not yet closed both ways it sends
-// RST_STREAM(CANCEL). Unread data is dropped; blocked Read and Write
-// return. Close may be called more than once.
+// RST_STREAM(CANCEL) (after any DATA and END_STREAM already queued).
+// Unread data is dropped; blocked Read and Write return; the Request's
+// Context is released. Every accepted stream must be closed. Close may be
+// called more than once.
 func (s *ServerStream) Close() error {
 	c := s.c
 	c.mu.Lock()
