@@ -105,8 +105,8 @@ type ServerStats struct {
 	ConnsAccepted   uint64 // HTTP/2 connections that completed the TLS handshake
 	StreamsAccepted uint64 // CONNECTs answered 200
 	StreamsRejected uint64 // CONNECTs answered with another status
-	ConnsOpen       int64 // including connections still in the TLS handshake
-	StreamsOpen     int64 // streams not yet closed both ways
+	ConnsOpen       int64  // including connections still in the TLS handshake
+	StreamsOpen     int64  // streams not yet closed both ways
 }
 
 // Server is an HBONE server: it accepts mutual-TLS HTTP/2 connections and
