@@ -7,6 +7,12 @@
 // routing protocol number RouteProtocol, so Close and Cleanup remove exactly
 // the routes meshtun added ("ip route show proto 109" lists them).
 //
+// With Options.Bypass the capture routes live in their own table,
+// RouteTable, behind a rule that only packets without BypassMark follow:
+// the gateway's own marked sockets (BypassControl) are routed by the main
+// table and never loop back into the TUN. bypass.go explains the design;
+// Close and Cleanup remove the rules too.
+//
 // Lifecycle:
 //
 //	dev, err := tun.Open(tun.Options{Name: "meshtun0", Routes: ...})
@@ -62,6 +68,9 @@ type Options struct {
 	Routes []netip.Prefix
 	// Logger receives the device's logs; a null logger if nil.
 	Logger hclog.Logger
+	// Bypass puts Routes in table RouteTable behind a rule that sockets
+	// marked with BypassMark skip (bypass.go), instead of the main table.
+	Bypass bool
 }
 
 // Device is an open, configured TUN device.
@@ -76,6 +85,7 @@ type Device struct {
 
 	addrs  []*netlink.Addr
 	routes []*netlink.Route
+	rules  []*netlink.Rule // Options.Bypass (bypass.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -172,7 +182,7 @@ func (d *Device) configure(opts Options) error {
 			LinkIndex: d.index,
 			Dst:       ipNet(p.Masked()),
 			Protocol:  RouteProtocol,
-			Table:     unix.RT_TABLE_MAIN,
+			Table:     routeTable(opts),
 		}
 		if p.Addr().Is4() {
 			r.Scope = netlink.SCOPE_LINK
@@ -181,6 +191,9 @@ func (d *Device) configure(opts Options) error {
 			return fmt.Errorf("tun: %s: add route %s: %w", d.name, p.Masked(), err)
 		}
 		d.routes = append(d.routes, r)
+	}
+	if err := d.addBypassRules(opts); err != nil {
+		return err
 	}
 	d.waitLocal(opts.Addresses)
 	return nil
@@ -255,7 +268,7 @@ func (d *Device) FD() (int, error) {
 // Close is idempotent; later calls return the first call's error.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
-		var errs []error
+		errs := d.delBypassRules()
 		for _, r := range d.routes {
 			if err := d.nl.RouteDel(r); err != nil && !gone(err) {
 				errs = append(errs, fmt.Errorf("tun: %s: delete route %s: %w", d.name, r.Dst, err))
@@ -286,18 +299,18 @@ func (d *Device) Close() error {
 // RouteProtocol (in any table). A missing device is not an error. It refuses
 // to delete a device of that name that is not a TUN/TAP device.
 func Cleanup(name string) error {
+	errs := cleanupBypassRules() // they outlive the device (bypass.go)
 	link, err := netlink.LinkByName(name)
 	if err != nil {
 		var notFound netlink.LinkNotFoundError
 		if errors.As(err, &notFound) || gone(err) {
-			return nil
+			return errors.Join(errs...)
 		}
 		return fmt.Errorf("tun: cleanup %s: %w", name, err)
 	}
 	if t := link.Type(); t != "tuntap" {
 		return fmt.Errorf("tun: cleanup %s: device is of type %q, not a TUN device; not deleting it", name, t)
 	}
-	var errs []error
 	filter := &netlink.Route{LinkIndex: link.Attrs().Index, Protocol: RouteProtocol, Table: unix.RT_TABLE_UNSPEC}
 	mask := netlink.RT_FILTER_OIF | netlink.RT_FILTER_PROTOCOL | netlink.RT_FILTER_TABLE
 	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
