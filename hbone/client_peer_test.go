@@ -183,6 +183,7 @@ type clientFramePeer struct {
 	maxStreams uint32 // 0: not announced
 	noPingAck  bool   // never answer PINGs
 	conns      chan *clientFrameConn
+	hellos     chan *tls.ClientHelloInfo // each connection's ClientHello
 	wg         sync.WaitGroup
 }
 
@@ -209,8 +210,9 @@ func newClientFramePeer(t testing.TB, pki *clientTestPKI, edit func(*clientFrame
 	}
 	p := &clientFramePeer{
 		t: t, pki: pki, ln: ln,
-		addr:  ln.Addr().(*net.TCPAddr).AddrPort(),
-		conns: make(chan *clientFrameConn, 64),
+		addr:   ln.Addr().(*net.TCPAddr).AddrPort(),
+		conns:  make(chan *clientFrameConn, 64),
+		hellos: make(chan *tls.ClientHelloInfo, 64),
 	}
 	if edit != nil {
 		edit(p)
@@ -248,7 +250,15 @@ func newClientFramePeer(t testing.TB, pki *clientTestPKI, edit func(*clientFrame
 }
 
 func (p *clientFramePeer) start(raw net.Conn) *clientFrameConn {
-	tc := tls.Server(raw, ServerConfig(p.pki.server, p.pki.ca.Pool(), clientTestDomain))
+	conf := ServerConfig(p.pki.server, p.pki.ca.Pool(), clientTestDomain)
+	conf.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+		select {
+		case p.hellos <- hello:
+		default:
+		}
+		return nil, nil
+	}
+	tc := tls.Server(raw, conf)
 	c := &clientFrameConn{
 		c:          tc,
 		settings:   make(chan []http2.Setting, 16),
