@@ -11,7 +11,7 @@ BIN     := bin/meshtun
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit demo clean
+.PHONY: all build test vet unit demo bench clean
 
 all: build
 
@@ -32,6 +32,15 @@ vet:
 ## TUN → netstack → HBONE → peer gateway → server; needs root.
 demo: build
 	$(GO) run ./examples/two-nodes -bin $(BIN)
+
+## bench: the gateway pair against the kernel, same topology, same run
+## (bench/README.md); needs root. BENCHFLAGS picks scenarios and sizes,
+## e.g. make bench BENCHFLAGS='-scenarios bulk1 -runs 3 -bulk 1GiB'.
+## iperf3 is installed when missing and apt can; otherwise its
+## cross-check row is skipped.
+bench: build
+	@command -v iperf3 >/dev/null 2>&1 || apt-get install -y -q iperf3 >/dev/null 2>&1 || echo "iperf3 not installed: its cross-check row will be skipped"
+	$(GO) run ./bench/cmd/meshtun-bench -bin $(BIN) $(BENCHFLAGS)
 
 clean:
 	rm -rf bin

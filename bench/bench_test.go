@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshtun/meshtun/internal/topo"
+)
+
+func TestMain(m *testing.M) {
+	if code, ok := Child(); ok { // the idle scenario's helper server
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestTinyBench runs every scenario once at tiny sizes through the real
+// harness (two topologies, two gateways, the helper, iperf3 if present),
+// so that `make bench` cannot rot. It checks behaviour only: every
+// scenario produced numbers on both paths, the tables and the targets
+// were printed, the JSON parses, nothing failed and nothing is left
+// behind. Never a time or a throughput.
+func TestTinyBench(t *testing.T) {
+	if err := topo.Available(); err != nil {
+		t.Skipf("the bench needs namespaces: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "meshtun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/meshtun").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := DefaultConfig()
+	cfg.Bin = bin
+	cfg.Examples = filepath.Join("..", "examples", "two-nodes")
+	cfg.Runs = 1
+	cfg.Bulk = 4 << 20
+	cfg.Conns = 100
+	cfg.IPs = 50
+	cfg.Idle = 100
+	cfg.RR = 200
+	cfg.Workers = 4
+	cfg.Out = filepath.Join(dir, "results")
+
+	nsBefore := netnsNames(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	byScenario := map[string][]*Figure{}
+	for _, f := range rep.Figures {
+		byScenario[f.Scenario] = append(byScenario[f.Scenario], f)
+	}
+	for _, name := range ScenarioNames() {
+		if why, skipped := rep.Skipped[name]; skipped {
+			if _, err := exec.LookPath("iperf3"); name == "iperf3" && err != nil {
+				t.Logf("%s skipped: %s", name, why)
+				continue
+			}
+			t.Errorf("%s skipped: %s", name, why)
+			continue
+		}
+		figs := byScenario[name]
+		if len(figs) == 0 {
+			t.Errorf("scenario %s produced no figures", name)
+		}
+		for _, f := range figs {
+			if f.PairS.N != cfg.Runs {
+				t.Errorf("%s: %d runs through the pair, want %d", f.Name, f.PairS.N, cfg.Runs)
+			}
+			wantKernel := cfg.Runs
+			if name == "idle" {
+				wantKernel = 0 // the kernel path has no gateway process to weigh
+			}
+			if f.KernelS.N != wantKernel {
+				t.Errorf("%s: %d kernel runs, want %d", f.Name, f.KernelS.N, wantKernel)
+			}
+			for _, r := range append(append([]Sample(nil), f.Pair...), f.Kernel...) {
+				if math.IsNaN(r.Value) || math.IsInf(r.Value, 0) || (f.Unit != "KiB/flow" && r.Value <= 0) {
+					t.Errorf("%s: value %v", f.Name, r.Value)
+				}
+				if f.WorkUnit != "" && r.Work <= 0 {
+					t.Errorf("%s: no work counted", f.Name)
+				}
+			}
+			if f.WorkUnit != "" && f.PairS.N > 0 && f.PairCPU.GatewayA+f.PairCPU.GatewayB <= 0 {
+				t.Errorf("%s: no gateway CPU measured", f.Name)
+			}
+		}
+	}
+	if len(rep.Targets) != len(Targets()) {
+		t.Errorf("%d targets evaluated, want %d", len(rep.Targets), len(Targets()))
+	}
+	for _, tr := range rep.Targets {
+		if !tr.Measured {
+			t.Errorf("target %q not measured", tr.Name)
+		}
+	}
+	for _, want := range []string{"pair median", "target (issue 4)", "run 1/1 pair", "run 1/1 kernel"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	b, err := os.ReadFile(rep.JSONPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatalf("results JSON: %v", err)
+	}
+	if len(back.Figures) != len(rep.Figures) || back.Machine.NProc < 1 || back.Machine.Kernel == "" {
+		t.Errorf("results JSON: %d figures (want %d), machine %+v", len(back.Figures), len(rep.Figures), back.Machine)
+	}
+
+	if left := newNames(nsBefore, netnsNames(t)); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+func netnsNames(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]bool{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			m[f[0]] = true
+		}
+	}
+	return m
+}
+
+// newNames is the bench's namespaces (prefix mtb) in after but not before;
+// other engineers' tests come and go meanwhile.
+func newNames(before, after map[string]bool) []string {
+	var out []string
+	for n := range after {
+		if !before[n] && strings.HasPrefix(n, "mtb") {
+			out = append(out, n)
+		}
+	}
+	return out
+}

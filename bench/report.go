@@ -1,0 +1,227 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+)
+
+// Target is one row of the issue's targets table.
+type Target struct {
+	Name   string
+	Limit  float64
+	AtMost bool // the value must be ≤ Limit (else ≥)
+	// value computes the figure from the bench's figures; false when the
+	// scenarios it needs did not run.
+	value func(byKey map[string]*Figure) (float64, bool)
+}
+
+// TargetResult is a target checked against this run.
+type TargetResult struct {
+	Name     string  `json:"name"`
+	Target   string  `json:"target"`
+	Value    float64 `json:"value"`
+	Measured bool    `json:"measured"`
+	Met      bool    `json:"met"`
+}
+
+func ratioOf(key string) func(map[string]*Figure) (float64, bool) {
+	return func(m map[string]*Figure) (float64, bool) {
+		f := m[key]
+		if f == nil || f.KernelS.N == 0 || f.PairS.N == 0 {
+			return 0, false
+		}
+		return f.Ratio, true
+	}
+}
+
+func gatewaysCPU(key string) func(map[string]*Figure) (float64, bool) {
+	return func(m map[string]*Figure) (float64, bool) {
+		f := m[key]
+		if f == nil || f.PairS.N == 0 {
+			return 0, false
+		}
+		return f.PairCPU.GatewayA + f.PairCPU.GatewayB, true
+	}
+}
+
+func pairMedian(key string) func(map[string]*Figure) (float64, bool) {
+	return func(m map[string]*Figure) (float64, bool) {
+		f := m[key]
+		if f == nil || f.PairS.N == 0 {
+			return 0, false
+		}
+		return f.PairS.Median, true
+	}
+}
+
+// Targets is the issue's table (issue 4); reported, never asserted.
+func Targets() []Target {
+	return []Target{
+		{"one bulk flow up, pair ÷ kernel", 0.35, false, ratioOf("bulk1.up")},
+		{"one bulk flow down, pair ÷ kernel", 0.35, false, ratioOf("bulk1.down")},
+		{"one bulk flow up, MSS clamped, pair ÷ kernel", 0.35, false, ratioOf("bulk1-mss.up")},
+		{"one bulk flow down, MSS clamped, pair ÷ kernel", 0.35, false, ratioOf("bulk1-mss.down")},
+		{"8 bulk flows up, pair ÷ kernel", 0.35, false, ratioOf("bulk8.up")},
+		{"8 bulk flows down, pair ÷ kernel", 0.35, false, ratioOf("bulk8.down")},
+		{"CPU-s/GiB both gateways, bulk1 up", 3.5, true, gatewaysCPU("bulk1.up")},
+		{"CPU-s/GiB both gateways, bulk1 down", 3.5, true, gatewaysCPU("bulk1.down")},
+		{"CPU-s/GiB both gateways, bulk1-mss up", 3.5, true, gatewaysCPU("bulk1-mss.up")},
+		{"CPU-s/GiB both gateways, bulk1-mss down", 3.5, true, gatewaysCPU("bulk1-mss.down")},
+		{"connection rate, pair ÷ kernel", 0.25, false, ratioOf("conn1ip")},
+		{"connection rate, many IPs ÷ 1 IP (pair)", 0.8, false, func(m map[string]*Figure) (float64, bool) {
+			many, ok1 := pairMedian("connmany")(m)
+			one, ok2 := pairMedian("conn1ip")(m)
+			if !ok1 || !ok2 || one == 0 {
+				return 0, false
+			}
+			return many / one, true
+		}},
+		{"p50 latency, pair ÷ kernel", 3, true, ratioOf("rr.p50")},
+		{"RSS per idle flow, gateway A (KiB)", 32, true, pairMedian("idle.gw_a")},
+		{"RSS per idle flow, gateway B (KiB)", 32, true, pairMedian("idle.gw_b")},
+	}
+}
+
+func evalTargets(figs []*Figure) []TargetResult {
+	byKey := map[string]*Figure{}
+	for _, f := range figs {
+		byKey[f.Key] = f
+	}
+	var out []TargetResult
+	for _, t := range Targets() {
+		op := "≥"
+		if t.AtMost {
+			op = "≤"
+		}
+		r := TargetResult{Name: t.Name, Target: fmt.Sprintf("%s %s", op, num(t.Limit))}
+		r.Value, r.Measured = t.value(byKey)
+		if r.Measured {
+			r.Met = r.Value >= t.Limit
+			if t.AtMost {
+				r.Met = r.Value <= t.Limit
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// num prints v with about three significant digits.
+func num(v float64) string {
+	switch a := math.Abs(v); {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		return "-"
+	case a == 0:
+		return "0"
+	case a >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case a >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case a >= 1:
+		return fmt.Sprintf("%.2f", v)
+	default:
+		return fmt.Sprintf("%.3f", v)
+	}
+}
+
+func fmtValue(v float64, unit string) string { return num(v) + " " + unit }
+
+func fmtStats(s Stats) string {
+	if s.N == 0 {
+		return "-"
+	}
+	if s.N == 1 {
+		return num(s.Median)
+	}
+	return fmt.Sprintf("%s [%s–%s]", num(s.Median), num(s.Min), num(s.Max))
+}
+
+// perWork converts CPU-seconds per unit of work to what is printed: s/GiB
+// for bulk, ms per connection for connection rates.
+func perWork(v float64, unit string) float64 {
+	if unit == "conn" {
+		return v * 1e3
+	}
+	return v
+}
+
+func workLabel(unit string) string {
+	if unit == "conn" {
+		return "CPU-ms/conn"
+	}
+	return "CPU-s/GiB"
+}
+
+func fmtCPUPer(c CPU, work float64, unit string, pair bool) string {
+	p := func(v float64) string { return num(perWork(v/work, unit)) }
+	if pair {
+		return fmt.Sprintf("(%s gw A %s, gw B %s, loadgen %s)", workLabel(unit), p(c.GatewayA), p(c.GatewayB), p(c.Loadgen))
+	}
+	return fmt.Sprintf("(%s loadgen %s)", workLabel(unit), p(c.Loadgen))
+}
+
+// printTable prints every figure: medians with [min–max] on each path,
+// the ratio, and CPU per unit of work.
+func printTable(w io.Writer, rep *Report) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "figure\tunit\tpair median [min–max]\tkernel median [min–max]\tpair÷kernel\tCPU per work: gw A\tgw B\tA+B\tloadgen\t| kernel\t\n")
+	for _, f := range rep.Figures {
+		ratio := "-"
+		if f.KernelS.N > 0 && f.PairS.N > 0 {
+			ratio = num(f.Ratio)
+		}
+		cpu := "\t\t\t\t\t"
+		if f.WorkUnit != "" {
+			u := f.WorkUnit
+			cpu = fmt.Sprintf("%s %s\t%s\t%s\t%s\t| %s\t", workLabel(u),
+				num(perWork(f.PairCPU.GatewayA, u)), num(perWork(f.PairCPU.GatewayB, u)),
+				num(perWork(f.PairCPU.GatewayA+f.PairCPU.GatewayB, u)),
+				num(perWork(f.PairCPU.Loadgen, u)), num(perWork(f.KernelCPU, u)))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.Unit, fmtStats(f.PairS), fmtStats(f.KernelS), ratio, cpu)
+	}
+	tw.Flush()
+	for name, why := range rep.Skipped {
+		fmt.Fprintf(w, "skipped %s: %s\n", name, why)
+	}
+	for name, err := range rep.Errors {
+		fmt.Fprintf(w, "FAILED %s: %s\n", name, err)
+	}
+}
+
+func printTargets(w io.Writer, ts []TargetResult) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "target (issue 4)\tmeasured\ttarget\t\n")
+	for _, t := range ts {
+		v, verdict := "-", "not measured"
+		if t.Measured {
+			v, verdict = num(t.Value), "MISSED"
+			if t.Met {
+				verdict = "met"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, v, t.Target, verdict)
+	}
+	tw.Flush()
+}
+
+func marshalReport(rep *Report) ([]byte, error) {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("bench: encode results: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// Summary is the tables as text (for a README or a report).
+func Summary(rep *Report) string {
+	var sb strings.Builder
+	printTable(&sb, rep)
+	sb.WriteString("\n")
+	printTargets(&sb, rep.Targets)
+	return sb.String()
+}
