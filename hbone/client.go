@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/net/http2"
 )
@@ -116,25 +118,56 @@ func (p *Pool) Connect(ctx context.Context, req ConnectRequest) (*ClientStream, 
 	if err := req.check(); err != nil {
 		return nil, err
 	}
-	pc, err := p.acquire(ctx, p.keyFor(&req), req.Identities)
-	if err != nil {
-		return nil, err
-	}
-	s, err := p.open(ctx, pc, &req)
-	if err != nil {
+	key := p.keyFor(&req)
+	for attempt := 1; ; attempt++ {
+		pc, err := p.acquire(ctx, key, req.Identities)
+		if err != nil {
+			return nil, err
+		}
+		if p.opts.beforeOpen != nil {
+			p.opts.beforeOpen(pc)
+		}
+		s, retry, err := p.open(ctx, pc, &req)
+		if err == nil {
+			return s, nil
+		}
 		p.release(pc)
-		return nil, err
+		// A request the peer never processed (a GOAWAY or a failure came
+		// between taking the slot and sending, or the GOAWAY's last stream
+		// is below ours) is safe to send again, once: the going-away
+		// connection refuses new slots, so acquire finds another.
+		if !retry || attempt == connectAttempts {
+			return nil, err
+		}
+		p.log.Debug("CONNECT not processed by the peer, retrying on another connection", "addr", key.addr, "error", err)
 	}
-	return s, nil
 }
 
+// connectAttempts bounds Connect's tries of one request: the first, and
+// one retry on another connection if the peer did not process it.
+const connectAttempts = 2
+
 // open sends the CONNECT on pc, whose slot the caller holds, and waits for
-// the answer.
-func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (*ClientStream, error) {
+// the answer. When it fails, retry says whether the peer certainly did
+// not process the request (RFC 9113 §8.7), so that it may be sent again.
+func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (s *ClientStream, retry bool, err error) {
 	target := netip.AddrPortFrom(req.Authority.Addr().WithZone(""), req.Authority.Port()).String()
 	// The stream's context must outlive ctx (the transport resets the
 	// stream when it ends), so ctx only cancels until the answer is in.
 	sctx, cancel := context.WithCancel(context.Background())
+	// The transport says when it wrote this request's HEADERS; the frame
+	// walker under it knows which stream ID they carried.
+	var id atomic.Uint32
+	wrote := make(chan struct{})
+	var wroteOnce sync.Once
+	sctx = httptrace.WithClientTrace(sctx, &httptrace.ClientTrace{
+		WroteHeaders: func() {
+			wroteOnce.Do(func() {
+				id.Store(pc.nc.headersID())
+				close(wrote)
+			})
+		},
+	})
 	body := newClientBody()
 	hreq := (&http.Request{
 		Method:        http.MethodConnect,
@@ -155,15 +188,47 @@ func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (*Cl
 	if err != nil {
 		cancel()
 		body.Close()
-		return nil, fmt.Errorf("hbone: connect %s via %s: %w", target, req.Address, err)
+		retry = ctx.Err() == nil && unprocessed(pc, &id, wrote, err)
+		return nil, retry, fmt.Errorf("hbone: connect %s via %s: %w", target, req.Address, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		cancel()
 		body.Close()
-		return nil, &StatusError{Code: resp.StatusCode}
+		return nil, false, &StatusError{Code: resp.StatusCode}
 	}
-	return &ClientStream{pool: p, pc: pc, resp: resp, body: body, cancel: cancel}, nil
+	// A response means the HEADERS went out, and WroteHeaders runs right
+	// after they did, without blocking: this wait is short.
+	select {
+	case <-wrote:
+	case <-ctx.Done():
+		resp.Body.Close()
+		cancel()
+		body.Close()
+		return nil, false, fmt.Errorf("hbone: connect %s via %s: %w", target, req.Address, ctx.Err())
+	}
+	return &ClientStream{pool: p, pc: pc, id: id.Load(), resp: resp, body: body, cancel: cancel}, false, nil
+}
+
+// unprocessed reports whether a request that failed with err was
+// certainly not processed by the peer: its HEADERS never went out, the
+// peer refused the stream (REFUSED_STREAM), or the peer's GOAWAY named a
+// last stream below it.
+func unprocessed(pc *poolConn, id *atomic.Uint32, wrote <-chan struct{}, err error) bool {
+	select {
+	case <-wrote:
+	default:
+		// WroteHeaders runs after every write of HEADERS, failed ones
+		// included, and RoundTrip returns an aborted request's error only
+		// once the request's writer has finished: no hook yet means no
+		// HEADERS were written.
+		return true
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) && se.Code == http2.ErrCodeRefusedStream {
+		return true
+	}
+	return id.Load() > pc.nc.goAwayLast.Load()
 }
 
 // ClientStream is one CONNECT stream: the proxied TCP connection's bytes.
@@ -172,6 +237,7 @@ func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (*Cl
 type ClientStream struct {
 	pool   *Pool
 	pc     *poolConn
+	id     uint32 // HTTP/2 stream ID
 	resp   *http.Response
 	body   *clientBody
 	cancel context.CancelFunc
@@ -245,6 +311,28 @@ func (s *ClientStream) Close() error {
 		s.cancel()
 		s.ended(true, true)
 	})
+	return nil
+}
+
+// Reset ends the stream abnormally: RST_STREAM(CONNECT_ERROR), which the
+// peer reads as a reset of the proxied connection (its target gets a
+// RST), not as the clean end that Close's CANCEL is. Use it when the
+// local side of the flow failed. It then closes the stream as Close does
+// (the transport's own RST_STREAM(CANCEL) follows, and peers ignore a
+// reset of a stream they already saw reset). A stream already ended both
+// ways is only closed.
+func (s *ClientStream) Reset() error {
+	s.mu.Lock()
+	ended := s.readDone && s.writeDone
+	s.mu.Unlock()
+	var err error
+	if !ended {
+		err = s.pc.nc.resetStream(s.id, http2.ErrCodeConnect)
+	}
+	s.Close()
+	if err != nil {
+		return fmt.Errorf("hbone: reset stream %d: %w", s.id, err)
+	}
 	return nil
 }
 

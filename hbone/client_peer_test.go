@@ -182,9 +182,15 @@ type clientFramePeer struct {
 	addr       netip.AddrPort
 	maxStreams uint32 // 0: not announced
 	noPingAck  bool   // never answer PINGs
-	conns      chan *clientFrameConn
-	hellos     chan *tls.ClientHelloInfo // each connection's ClientHello
-	wg         sync.WaitGroup
+	// goAwayFrom, if set, makes the peer answer HEADERS on streams from
+	// this ID on with GOAWAY(last = the stream before) and nothing else.
+	goAwayFrom uint32
+	// dropFrom, if set, makes the peer close the connection on HEADERS
+	// of streams from this ID on, without GOAWAY.
+	dropFrom uint32
+	conns    chan *clientFrameConn
+	hellos   chan *tls.ClientHelloInfo // each connection's ClientHello
+	wg       sync.WaitGroup
 }
 
 // clientFrameConn is one connection accepted by a clientFramePeer.
@@ -194,12 +200,13 @@ type clientFrameConn struct {
 	fr         *http2.Framer
 	enc        *hpack.Encoder
 	encBuf     bytes.Buffer
-	settings   chan []http2.Setting     // the client's SETTINGS frames
-	connWindow chan uint32              // WINDOW_UPDATEs on stream 0
-	headers    chan []hpack.HeaderField // each request's header block
-	streams    chan uint32              // each request's stream ID
-	pings      chan struct{}            // a PING arrived
-	done       chan struct{}            // the reader stopped
+	settings   chan []http2.Setting      // the client's SETTINGS frames
+	connWindow chan uint32               // WINDOW_UPDATEs on stream 0
+	headers    chan []hpack.HeaderField  // each request's header block
+	streams    chan uint32               // each request's stream ID
+	resets     chan http2.RSTStreamFrame // RST_STREAM frames received
+	pings      chan struct{}             // a PING arrived
+	done       chan struct{}             // the reader stopped
 }
 
 func newClientFramePeer(t testing.TB, pki *clientTestPKI, edit func(*clientFramePeer)) *clientFramePeer {
@@ -265,6 +272,7 @@ func (p *clientFramePeer) start(raw net.Conn) *clientFrameConn {
 		connWindow: make(chan uint32, 1024),
 		headers:    make(chan []hpack.HeaderField, 1024),
 		streams:    make(chan uint32, 1024),
+		resets:     make(chan http2.RSTStreamFrame, 1024),
 		pings:      make(chan struct{}, 1024),
 		done:       make(chan struct{}),
 	}
@@ -318,7 +326,16 @@ func (p *clientFramePeer) serve(c *clientFrameConn) {
 			if f.StreamID == 0 {
 				c.connWindow <- f.Increment
 			}
+		case *http2.RSTStreamFrame:
+			c.resets <- *f
 		case *http2.MetaHeadersFrame:
+			if p.dropFrom != 0 && f.StreamID >= p.dropFrom {
+				return
+			}
+			if p.goAwayFrom != 0 && f.StreamID >= p.goAwayFrom {
+				c.goAway(f.StreamID - 2)
+				continue
+			}
 			c.headers <- f.Fields
 			c.streams <- f.StreamID
 			c.reply(f.StreamID, false, ":status", "200")

@@ -87,6 +87,9 @@ type PoolOptions struct {
 	// pingAfter and pingTimeout override poolPingAfter and poolPingTimeout
 	// (tests).
 	pingAfter, pingTimeout time.Duration
+	// beforeOpen, if set, runs between taking a slot and sending the
+	// CONNECT (tests).
+	beforeOpen func(*poolConn)
 }
 
 // PoolStats is a snapshot of a Pool's counters.
@@ -146,6 +149,7 @@ type poolConn struct {
 	peerID     string
 	maxStreams int
 	readerDone <-chan struct{} // closed when the connection's reader stopped
+	nc         *poolNetConn    // the TLS connection under cc
 
 	// guarded by Pool.mu
 	inflight  int

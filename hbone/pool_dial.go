@@ -6,9 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+
+	"golang.org/x/net/http2"
 )
 
 // HTTP/2 settings of the client side (hbone-wire.md, "HTTP/2 settings";
@@ -94,6 +98,7 @@ func (p *Pool) dial(key poolKey, ids []string) (*poolConn, error) {
 		peerID:     PeerIdentity(nc.ConnectionState()),
 		maxStreams: maxStreams,
 		readerDone: nc.readerDone,
+		nc:         nc,
 	}, nil
 }
 
@@ -140,6 +145,18 @@ type poolNetConn struct {
 	readerDone chan struct{} // closed when a Read failed: the reader stops
 	readerOnce sync.Once
 
+	// The outgoing frames (pool_frames.go), guarded by wmu: the
+	// transport's writes and our injected RST_STREAMs.
+	wmu         sync.Mutex
+	out         frameWalker
+	lastHeaders uint32 // stream ID of the last HEADERS frame written
+	inject      []byte // frames to write at the next frame boundary
+
+	// The incoming frames, walked by the reading goroutine; goAwayLast is
+	// the lowest last-stream-ID of the peer's GOAWAYs (noGoAway: none).
+	in         frameWalker
+	goAwayLast atomic.Uint32
+
 	// Owned by the reading goroutine.
 	sniffing     bool
 	applyPending bool
@@ -153,14 +170,95 @@ type poolNetConn struct {
 // frame longer than this (over 2,700 settings) is refused.
 const poolMaxSettingsFrame = 16 << 10
 
+// noGoAway is poolNetConn.goAwayLast before any GOAWAY: above every
+// stream ID (they are 31 bits).
+const noGoAway = math.MaxUint32
+
 func newPoolNetConn(tc *tls.Conn) *poolNetConn {
-	return &poolNetConn{
+	c := &poolNetConn{
 		Conn:            tc,
 		settingsApplied: make(chan struct{}),
 		peerMaxStreams:  -1,
 		readerDone:      make(chan struct{}),
 		sniffing:        true,
 	}
+	c.goAwayLast.Store(noGoAway)
+	c.out.skip = len(http2.ClientPreface)
+	c.out.onHeader = func(typ uint8, stream uint32, _ int) int {
+		if typ == frameTypeHeaders {
+			c.lastHeaders = stream
+		}
+		return 0
+	}
+	c.in.onHeader = func(typ uint8, stream uint32, _ int) int {
+		if typ == frameTypeGoAway && stream == 0 {
+			return 4
+		}
+		return 0
+	}
+	c.in.onPayload = func(_ uint8, _ uint32, p []byte) {
+		last := binary.BigEndian.Uint32(p) & math.MaxInt32
+		if last < c.goAwayLast.Load() {
+			c.goAwayLast.Store(last) // only this goroutine stores
+		}
+	}
+	return c
+}
+
+// Write passes the transport's bytes to TLS, following frame boundaries,
+// and writes any RST_STREAM that resetStream queued as soon as a frame
+// ends.
+func (c *poolNetConn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.flushInjectLocked(); err != nil {
+		return 0, err
+	}
+	total := 0
+	for len(b) > 0 {
+		n := c.out.walk(b, len(c.inject) > 0)
+		k, err := c.Conn.Write(b[:n])
+		total += k
+		if err != nil {
+			return total, err
+		}
+		b = b[n:]
+		if err := c.flushInjectLocked(); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// flushInjectLocked writes the queued frames if the stream is between
+// frames.
+func (c *poolNetConn) flushInjectLocked() error {
+	if len(c.inject) == 0 || !c.out.atBoundary() {
+		return nil
+	}
+	_, err := c.Conn.Write(c.inject)
+	c.inject = nil
+	return err
+}
+
+// headersID is the stream ID of the last HEADERS frame the transport
+// wrote. Called from the WroteHeaders trace hook, which runs right after
+// the transport flushed a request's HEADERS and before it writes anything
+// else, it is that request's stream ID.
+func (c *poolNetConn) headersID() uint32 {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.lastHeaders
+}
+
+// resetStream sends RST_STREAM(code) on stream id: now if the transport
+// is between frames, else right after the frame it is writing (it always
+// finishes a frame in the same flush).
+func (c *poolNetConn) resetStream(id uint32, code http2.ErrCode) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.inject = append(c.inject, rstFrame(id, code)...)
+	return c.flushInjectLocked()
 }
 
 func (c *poolNetConn) Read(b []byte) (int, error) {
@@ -172,6 +270,7 @@ func (c *poolNetConn) Read(b []byte) (int, error) {
 	if c.sniffing && n > 0 {
 		c.sniff(b[:n])
 	}
+	c.in.walk(b[:n], false)
 	if err != nil {
 		c.settingsDone(fmt.Errorf("before the peer's SETTINGS: %w", err))
 		c.readerOnce.Do(func() { close(c.readerDone) })

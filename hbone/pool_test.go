@@ -331,3 +331,90 @@ func poolWaitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A CONNECT the peer did not process is sent again, once, on another
+// connection: hbone-wire.md's "GOAWAY → new flows use a new connection"
+// must hold even when the GOAWAY races the request.
+func TestPoolRetriesUnprocessed(t *testing.T) {
+	t.Run("GOAWAY names a lower stream", func(t *testing.T) {
+		pki := newClientTestPKI(t)
+		// Streams 3 and up get GOAWAY(last = the stream before) and no answer.
+		peer := newClientFramePeer(t, pki, func(p *clientFramePeer) { p.goAwayFrom = 3 })
+		pool := newClientTestPool(t, pki, nil)
+		s1, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s1.Close()
+		c1 := peer.nextConn(t)
+		s2, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
+		if err != nil {
+			t.Fatalf("stream 3 went unprocessed (GOAWAY last 1) and was not retried: %v", err)
+		}
+		defer s2.Close()
+		c2 := peer.nextConn(t)
+		if id := clientRecv(t, c2.streams, "the retried stream"); id != 1 {
+			t.Errorf("retried as stream %d, want 1 of a new connection", id)
+		}
+		if st := pool.Stats(); st.ConnsOpened != 2 {
+			t.Errorf("ConnsOpened %d, want 2", st.ConnsOpened)
+		}
+		// The first stream, below the GOAWAY, finishes undisturbed.
+		c1.data(clientRecv(t, c1.streams, "the first stream"), true, []byte("done"))
+		if b, err := io.ReadAll(s1); err != nil || string(b) != "done" {
+			t.Errorf("first stream read %q, %v", b, err)
+		}
+	})
+	t.Run("GOAWAY between slot and send", func(t *testing.T) {
+		pki := newClientTestPKI(t)
+		peer := newClientFramePeer(t, pki, nil)
+		var c1 *clientFrameConn
+		calls := 0
+		pool := newClientTestPool(t, pki, func(o *PoolOptions) {
+			o.beforeOpen = func(pc *poolConn) {
+				calls++ // Connects below are sequential
+				if calls != 2 {
+					return
+				}
+				// The slot is taken; now the GOAWAY lands before the send.
+				c1.goAway(1)
+				poolWaitFor(t, func() bool { return pc.cc.Available() == 0 })
+			}
+		})
+		s1, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s1.Close()
+		c1 = peer.nextConn(t)
+		clientRecv(t, c1.streams, "the first stream")
+		s2, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
+		if err != nil {
+			t.Fatalf("a CONNECT never sent was not retried: %v", err)
+		}
+		defer s2.Close()
+		c2 := peer.nextConn(t)
+		clientRecv(t, c2.streams, "the retried stream")
+		select {
+		case id := <-c1.streams:
+			t.Errorf("stream %d reached the going-away connection", id)
+		default:
+		}
+		if calls != 3 {
+			t.Errorf("%d attempts, want 3 (one, then two for the retried flow)", calls)
+		}
+	})
+	t.Run("processed requests are not retried", func(t *testing.T) {
+		pki := newClientTestPKI(t)
+		// The peer reads stream 1, then drops the connection: it may
+		// have acted on it, so it must not be sent again.
+		peer := newClientFramePeer(t, pki, func(p *clientFramePeer) { p.dropFrom = 1 })
+		pool := newClientTestPool(t, pki, nil)
+		if _, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr)); err == nil {
+			t.Fatal("Connect succeeded on a dropped connection")
+		}
+		if st := pool.Stats(); st.ConnsOpened != 1 {
+			t.Errorf("ConnsOpened %d, want 1 (no retry)", st.ConnsOpened)
+		}
+	})
+}

@@ -313,3 +313,40 @@ func TestOurPoolNodeStreamLimit(t *testing.T) {
 		t.Errorf("node accepted %d TLS connections, want 3", conns)
 	}
 }
+
+// Our client's Reset reaches nghttp2 as RST_STREAM(CONNECT_ERROR), and
+// the connection stays usable.
+func TestOurPoolResetAtNode(t *testing.T) {
+	p := newPKI(t)
+	node := startNodeServer(t, p, 0)
+	pool := newGoPool(t, p)
+	s, err := pool.Connect(testCtx(t), node.request("10.0.0.9:9000", netip.AddrPort{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Write([]byte("ping"))
+	if _, err := io.ReadFull(s, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := node.nextEvent("close")
+	const connectError = 0xa // NGHTTP2_CONNECT_ERROR
+	if e.Authority != "10.0.0.9:9000" || e.RSTCode != connectError {
+		t.Fatalf("node saw %s close with RST code %d, want %d", e.Authority, e.RSTCode, connectError)
+	}
+	s2, err := pool.Connect(testCtx(t), node.request("10.0.0.9:9001", netip.AddrPort{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	s2.Write([]byte("after"))
+	s2.CloseWrite()
+	if b, err := io.ReadAll(s2); err != nil || string(b) != "after" {
+		t.Fatalf("echo after Reset: %q, %v", b, err)
+	}
+	if st := pool.Stats(); st.ConnsOpened != 1 {
+		t.Errorf("ConnsOpened %d, want 1", st.ConnsOpened)
+	}
+}
