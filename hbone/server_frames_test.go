@@ -455,3 +455,61 @@ func TestServerShutdownDeadline(t *testing.T) {
 		t.Fatalf("Read after Close: %v, want net.ErrClosed", err)
 	}
 }
+
+// The server's HTTP/2 settings on the wire (hbone-wire.md, "HTTP/2
+// settings"): 4 MiB stream window, 16 MiB connection window, 1 MiB max
+// frame, 200 concurrent streams, 64 KiB header list, no push.
+func TestServerSettingsWire(t *testing.T) {
+	e := newSrvTest(t, srvEcho, nil)
+	tc, err := e.dialTLS(e.ca, srvTestClientID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.SetDeadline(time.Now().Add(srvTestWait))
+	if _, err := io.WriteString(tc, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(tc, tc)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok || sf.IsAck() {
+		t.Fatalf("first frame %v, want SETTINGS", f)
+	}
+	got := map[http2.SettingID]uint32{}
+	sf.ForeachSetting(func(s http2.Setting) error { got[s.ID] = s.Val; return nil })
+	want := map[http2.SettingID]uint32{
+		http2.SettingInitialWindowSize:    4 << 20,
+		http2.SettingMaxFrameSize:         1 << 20,
+		http2.SettingMaxConcurrentStreams: 200,
+		http2.SettingMaxHeaderListSize:    64 << 10,
+	}
+	for id, v := range want {
+		if got[id] != v {
+			t.Errorf("%v = %d, want %d", id, got[id], v)
+		}
+	}
+	if v, ok := got[http2.SettingEnablePush]; ok && v != 0 {
+		t.Errorf("ENABLE_PUSH = %d", v)
+	}
+	// The connection window is raised from the protocol's 64 KiB - 1 to
+	// 16 MiB at once.
+	for range 10 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wu, ok := f.(*http2.WindowUpdateFrame); ok && wu.StreamID == 0 {
+			if total := wu.Increment + 65535; total != 16<<20 {
+				t.Fatalf("connection window %d, want %d", total, 16<<20)
+			}
+			return
+		}
+	}
+	t.Fatal("no connection WINDOW_UPDATE among the first frames")
+}
