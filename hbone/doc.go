@@ -2,10 +2,32 @@
 // CONNECT stream per proxied TCP connection, over mutual TLS 1.3 whose peers
 // are named by SPIFFE IDs in their certificates' URI SANs.
 //
-// It owns the TLS identity rules (this file's siblings tls.go and
-// identity.go), the client side (a pool of HTTP/2 connections, one CONNECT
-// stream per flow) and the server side (accept, parse and check the CONNECT,
-// hand the stream to a handler). It knows nothing of meshtun's config, TUN
-// or gateway: callers pass their own Options. The wire contract it keeps is
-// written down in ARCHITECTURE.md, "HBONE on the wire".
+// It owns the TLS identity rules (tls.go, identity.go), the client side (a
+// Pool of HTTP/2 connections, one ClientStream per flow) and the server
+// side (Server: accept, parse and check the CONNECT, hand the Request to a
+// handler). It knows nothing of meshtun's config, TUN or gateway: callers
+// pass their own Options. The wire contract it keeps is
+// shared/design/hbone-wire.md, summarized in ARCHITECTURE.md, "HBONE on
+// the wire"; each rule has a test (tls_test.go, client_*_test.go,
+// pool_test.go, server_*_test.go) and the interop package checks both
+// sides against Node.js's nghttp2.
+//
+// Ending a stream, both sides alike:
+//
+//   - CloseWrite sends END_STREAM (the proxied connection's FIN); Read
+//     keeps working.
+//   - Read returns io.EOF at the peer's END_STREAM and at RST_STREAM
+//     NO_ERROR or CANCEL; any other reset code returns an error wrapping
+//     ErrStreamReset.
+//   - Reset sends RST_STREAM(CONNECT_ERROR): the local side failed and
+//     the peer should reset its end. Close releases the stream, sending
+//     RST_STREAM(CANCEL) if it was still open, which the peer reads as a
+//     clean end.
+//
+// The client is net/http's HTTP/2 client, which can reset a stream only
+// with CANCEL; ClientStream.Reset therefore writes its RST_STREAM itself,
+// between two of the transport's frames (pool_frames.go).
+//
+// A Request exposes what the server logs: PeerIdentity, TraceID (from
+// traceparent) and ForwardedFor (from forwarded: for=).
 package hbone
