@@ -100,7 +100,7 @@ func (r *Request) Accept() (*Conn, error) {
 	}
 	setOptions(ep)
 	s.forwarded.Add(1)
-	return &Conn{TCPConn: gonet.NewTCPConn(&wq, ep)}, nil
+	return &Conn{TCPConn: gonet.NewTCPConn(&wq, ep), ep: ep, wq: &wq}, nil
 }
 
 // Reject answers the client with a RST. It does nothing if the request was
@@ -129,6 +129,42 @@ func setOptions(ep tcpip.Endpoint) {
 // sends a FIN and keeps reading; CloseRead stops reading and keeps writing.
 type Conn struct {
 	*gonet.TCPConn
+	ep tcpip.Endpoint
+	wq *waiter.Queue
+}
+
+// WaitRead blocks until a Read would not block: data or the peer's FIN is
+// pending, the connection failed, or it was closed (Close, Reset, or the
+// Stack's Close). It reads nothing, so a copy loop can wait for an idle
+// connection without holding a buffer. It ignores deadlines; it returns an
+// error only for a Conn without an endpoint (never for one from Accept).
+func (c *Conn) WaitRead() error {
+	if c.ep == nil {
+		return errors.New("netstack: WaitRead on a Conn not made by Accept")
+	}
+	if c.ep.Readiness(waiter.ReadableEvents) != 0 {
+		return nil
+	}
+	// Readiness reports readable on data, on a FIN, and in the closed and
+	// error states; each of those changes notifies ReadableEvents, which
+	// is what gonet's own blocking Read waits for too.
+	entry, ch := waiter.NewChannelEntry(waiter.ReadableEvents)
+	c.wq.EventRegister(&entry)
+	defer c.wq.EventUnregister(&entry)
+	for c.ep.Readiness(waiter.ReadableEvents) == 0 {
+		<-ch
+	}
+	return nil
+}
+
+// Reset aborts the connection with a RST (SO_LINGER 0, then Close), so a
+// reset that ended the other side of a relay reaches the client as a reset
+// rather than a FIN. Like Close, it unblocks Read, Write and WaitRead.
+func (c *Conn) Reset() error {
+	if c.ep != nil {
+		c.ep.SocketOptions().SetLinger(tcpip.LingerOption{Enabled: true, Timeout: 0})
+	}
+	return c.Close()
 }
 
 func toAddr(a tcpip.Address) netip.Addr {
