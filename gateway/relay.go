@@ -3,7 +3,12 @@ package gateway
 import (
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // conn is one side of a proxied connection: a TCP connection (kernel or
@@ -23,14 +28,43 @@ type resetter interface {
 	Reset() error
 }
 
-// relayBufSize is the copy buffer of one direction. gVisor's segment size
-// out of the stack follows the size of our writes (field-notes.md: 256 KiB
-// buffers gave ≈ 48 KB segments, 32 KiB ≈ 16–28 KB), and HTTP/2 DATA frames
-// are up to 1 MiB, so large buffers mean fewer, larger writes. They are
-// pooled and held only while a copy runs.
+// relayBufSize is the copy buffer of one direction while data flows.
+// gVisor's segment size out of the stack follows the size of our writes
+// (field-notes.md: 256 KiB buffers gave ≈ 48 KB segments, 32 KiB ≈ 16–28
+// KB), and HTTP/2 DATA frames are up to 1 MiB, so large buffers mean fewer,
+// larger writes. They are pooled and held only for one read and its write,
+// never while a direction waits for data (see copyHalf).
 const relayBufSize = 256 << 10
 
+// relaySmallSize is the buffer a direction holds while it waits on a
+// source that cannot say when it is readable (an HBONE stream): what an
+// idle flow pays per such direction. 2 KiB takes a typical request or
+// reply, or a 64 B ping-pong, in one read; a burst larger than that
+// switches to the pooled buffer for as long as reads fill it.
+const relaySmallSize = 2 << 10
+
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
+
+// relayBufsOut counts the pooled buffers taken and not yet given back;
+// tests use it to check that idle relays hold none.
+var relayBufsOut atomic.Int64
+
+func getRelayBuf() *[]byte {
+	relayBufsOut.Add(1)
+	return relayBufs.Get().(*[]byte)
+}
+
+func putRelayBuf(bp *[]byte) {
+	relayBufs.Put(bp)
+	relayBufsOut.Add(-1)
+}
+
+// readWaiter is the optional ability of a source to block until a Read
+// would not block, without a buffer (netstack.Conn has it; kernel TCP
+// connections get it from readWaiterOf).
+type readWaiter interface {
+	WaitRead() error
+}
 
 // relayResult is what one relay did.
 type relayResult struct {
@@ -82,19 +116,59 @@ func relay(a, b conn) relayResult {
 }
 
 // copyHalf copies src to dst until src's EOF, then ends dst's write side.
+//
+// An idle direction holds no large buffer. When src can wait for
+// readiness (netstack and kernel TCP), copyHalf waits first, then takes a
+// pooled buffer for one read and its write. Otherwise (HBONE streams) it
+// reads into a small buffer of its own, and only a read that fills it
+// switches to pooled buffers, kept while reads keep filling them: a short
+// read means src is drained, so the next read goes back to the small
+// buffer. A read that exactly fills the pooled buffer just before src
+// goes idle keeps it until the next data; that is the one case where an
+// idle direction holds one.
 func copyHalf(dst, src conn) (int64, error) {
-	bp := relayBufs.Get().(*[]byte)
-	defer relayBufs.Put(bp)
-	buf := *bp
-	var n int64
+	wait := readWaiterOf(src)
+	var (
+		small []byte // allocated on first use: a waiting source never needs it
+		hot   bool   // the last read filled its buffer: more data is likely queued
+		n     int64
+	)
 	for {
-		nr, rerr := src.Read(buf)
-		if nr > 0 {
-			nw, werr := dst.Write(buf[:nr])
-			n += int64(nw)
-			if werr != nil {
-				return n, werr
+		var (
+			bp   *[]byte
+			buf  []byte
+			nr   int
+			rerr error
+		)
+		switch {
+		case wait != nil:
+			if err := wait(); err != nil {
+				return n, err
 			}
+			bp = getRelayBuf()
+			buf = *bp
+		case hot:
+			bp = getRelayBuf()
+			buf = *bp
+		default:
+			if small == nil {
+				small = make([]byte, relaySmallSize)
+			}
+			buf = small
+		}
+		nr, rerr = src.Read(buf)
+		hot = nr == len(buf)
+		var werr error
+		if nr > 0 {
+			var nw int
+			nw, werr = dst.Write(buf[:nr])
+			n += int64(nw)
+		}
+		if bp != nil {
+			putRelayBuf(bp)
+		}
+		if werr != nil {
+			return n, werr
 		}
 		if rerr == io.EOF {
 			return n, dst.CloseWrite()
@@ -103,6 +177,54 @@ func copyHalf(dst, src conn) (int64, error) {
 			return n, rerr
 		}
 	}
+}
+
+// readWaiterOf returns src's way to wait for readiness, or nil.
+func readWaiterOf(src conn) func() error {
+	switch c := src.(type) {
+	case readWaiter:
+		return c.WaitRead
+	case *net.TCPConn:
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return nil
+		}
+		return func() error { return waitTCPReadable(rc) }
+	}
+	return nil
+}
+
+// waitTCPReadable blocks until a kernel TCP socket has data, a FIN or an
+// error pending, using the Go poller: a 1-byte MSG_PEEK consumes no data,
+// and EAGAIN parks the goroutine until the socket is readable. It costs one
+// syscall per read while data flows (≈ 1 µs against a 256 KiB copy).
+// A pending socket error (a RST) is reported once by the kernel, to
+// whichever call sees it first, so the peek's error is returned here: the
+// Read after it would see a plain EOF.
+func waitTCPReadable(rc syscall.RawConn) error {
+	var (
+		b    [1]byte
+		perr error
+	)
+	err := rc.Read(func(fd uintptr) bool {
+		for {
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			switch err {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false
+			case nil:
+			default:
+				perr = os.NewSyscallError("recv", err)
+			}
+			return true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return perr
 }
 
 func reset(c conn) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -40,17 +41,49 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 
 // relayed builds app ⇄ [relay] ⇄ target over real sockets and runs the
 // relay in the background; the result arrives on the returned channel.
-func relayed(t *testing.T) (app, target *net.TCPConn, done <-chan relayResult) {
+// With plain, the relay sees its two sockets as bare conns that cannot wait
+// for readiness (as HBONE streams are), so the small-buffer path runs.
+func relayed(t *testing.T, plain bool) (app, target *net.TCPConn, done <-chan relayResult) {
 	app, a := tcpPair(t)
 	b, target := tcpPair(t)
 	ch := make(chan relayResult, 1)
-	go func() { ch <- relay(a, b) }()
+	if plain {
+		go func() { ch <- relay(plainConn{a}, plainConn{b}) }()
+	} else {
+		go func() { ch <- relay(a, b) }()
+	}
 	return app, target, ch
 }
 
+// plainConn hides everything of a TCP connection but the conn interface
+// and a Reset, like an HBONE stream.
+type plainConn struct{ c *net.TCPConn }
+
+func (p plainConn) Read(b []byte) (int, error)  { return p.c.Read(b) }
+func (p plainConn) Write(b []byte) (int, error) { return p.c.Write(b) }
+func (p plainConn) CloseWrite() error           { return p.c.CloseWrite() }
+func (p plainConn) Close() error                { return p.c.Close() }
+func (p plainConn) Reset() error                { p.c.SetLinger(0); return p.c.Close() }
+
+var _ resetter = plainConn{}
+
+// paths are the two ways copyHalf reads: waiting for readiness, or a
+// small buffer first.
+var paths = []struct {
+	name  string
+	plain bool
+}{{"readiness", false}, {"small-buffer", true}}
+
 func TestRelayHalfClose(t *testing.T) {
-	for _, size := range []int{0, 1, 1 << 20, 8 << 20} {
-		app, target, done := relayed(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) { testRelayHalfClose(t, p.plain) })
+	}
+}
+
+func testRelayHalfClose(t *testing.T, plain bool) {
+	// relaySmallSize exactly: the small read fills, the next one is large.
+	for _, size := range []int{0, 1, relaySmallSize, relayBufSize, 1 << 20, 8 << 20} {
+		app, target, done := relayed(t, plain)
 		req := make([]byte, size)
 		rand.Read(req)
 		reply := make([]byte, size/2+3)
@@ -83,7 +116,13 @@ func TestRelayHalfClose(t *testing.T) {
 }
 
 func TestRelayHalfCloseMirror(t *testing.T) {
-	app, target, done := relayed(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) { testRelayHalfCloseMirror(t, p.plain) })
+	}
+}
+
+func testRelayHalfCloseMirror(t *testing.T, plain bool) {
+	app, target, done := relayed(t, plain)
 	// The target speaks first and closes its write side; the app reads to
 	// EOF and only then sends, and the target still receives it.
 	if _, err := target.Write([]byte("banner")); err != nil {
@@ -106,7 +145,13 @@ func TestRelayHalfCloseMirror(t *testing.T) {
 }
 
 func TestRelayResetPropagates(t *testing.T) {
-	app, target, done := relayed(t)
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) { testRelayResetPropagates(t, p.plain) })
+	}
+}
+
+func testRelayResetPropagates(t *testing.T, plain bool) {
+	app, target, done := relayed(t, plain)
 	if _, err := app.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +170,58 @@ func TestRelayResetPropagates(t *testing.T) {
 	_, err := app.Read(buf)
 	if !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("app read after target reset: %v, want ECONNRESET", err)
+	}
+}
+
+// TestRelayIdleHoldsNoBuffer opens relays, moves data through them (a
+// burst through the readiness path, a short exchange through the
+// small-buffer path) and leaves them idle: none may keep a pooled copy
+// buffer. It reports the heap and goroutines each idle relay costs.
+func TestRelayIdleHoldsNoBuffer(t *testing.T) {
+	const flows = 50
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			burst := 1<<20 + 3 // several full pooled reads, then a short one
+			if p.plain {
+				// A read that exactly fills a pooled buffer keeps it
+				// until the next data (copyHalf's doc); a short exchange
+				// stays on the small buffer.
+				burst = 100
+			}
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			g0 := runtime.NumGoroutine()
+			msg := make([]byte, burst)
+			rand.Read(msg)
+			got := make([]byte, burst)
+			for i := 0; i < flows; i++ {
+				app, target, _ := relayed(t, p.plain)
+				go app.Write(msg)
+				if _, err := io.ReadFull(target, got); err != nil {
+					t.Fatalf("flow %d: target read: %v", i, err)
+				}
+				go target.Write(msg)
+				if _, err := io.ReadFull(app, got); err != nil {
+					t.Fatalf("flow %d: app read: %v", i, err)
+				}
+			}
+			// The last write's buffer is given back just after the peer
+			// saw the bytes: wait for that, bounded.
+			deadline := time.Now().Add(10 * time.Second)
+			for relayBufsOut.Load() != 0 && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if n := relayBufsOut.Load(); n != 0 {
+				t.Fatalf("%d pooled buffers held by %d idle relays, want 0", n, flows)
+			}
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			t.Logf("per idle relay (with its 4 loopback sockets): heap %d B, goroutines %.1f, stack in use %d B",
+				(int64(after.HeapInuse)-int64(before.HeapInuse))/flows,
+				float64(runtime.NumGoroutine()-g0)/flows,
+				(int64(after.StackInuse)-int64(before.StackInuse))/flows)
+		})
 	}
 }
