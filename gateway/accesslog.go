@@ -15,14 +15,26 @@ const (
 	inbound  = "inbound"
 )
 
+// Response flags of the access log (Istio's response_flags label, with
+// hbone-wire.md's names): why a connection did not get through. "-" when
+// it did.
+const (
+	flagDeny    = "DENY"     // an authorization policy denied it (401)
+	flagNoRoute = "NO_ROUTE" // outbound: no service, workload or peer matches
+	flagConnect = "CONNECT"  // the peer or the target could not be reached or refused
+)
+
 // flowLog is what the access log says about one connection.
 type flowLog struct {
 	direction   string
-	src         netip.AddrPort
+	src         netip.AddrPort // the client: outbound from the TUN, inbound from forwarded (else the HBONE peer)
 	srcIdentity string
-	dst         netip.AddrPort // the destination the client asked for
+	dst         netip.AddrPort // the target: a service VIP resolved to its endpoint
+	service     string         // the destination service ("namespace/name"), if any
 	hboneAddr   netip.AddrPort // outbound: the peer's HBONE address; inbound: none
 	dstIdentity string
+	traceID     string // inbound: the trace id of the CONNECT's traceparent
+	flag        string // a response flag, or "" for none
 	start       time.Time
 	sent, recv  int64 // bytes towards the destination, and back
 	err         error
@@ -35,16 +47,25 @@ func (f *flowLog) emit(log hclog.Logger) {
 		return
 	}
 	args := []any{
-		"src.addr", f.src.String(),
+		"src.addr", addrOrDash(f.src),
 		"src.identity", orDash(f.srcIdentity),
 		"dst.addr", f.dst.String(),
 		"dst.hbone_addr", addrOrDash(f.hboneAddr),
 		"dst.identity", orDash(f.dstIdentity),
+	}
+	if f.service != "" {
+		args = append(args, "dst.service", f.service)
+	}
+	if f.traceID != "" {
+		args = append(args, "trace_id", f.traceID)
+	}
+	args = append(args,
 		"direction", f.direction,
+		"response_flags", orDash(f.flag),
 		"bytes_sent", f.sent,
 		"bytes_recv", f.recv,
 		"duration", time.Since(f.start).Round(time.Microsecond).String(),
-	}
+	)
 	if f.err != nil && !errors.Is(f.err, io.EOF) {
 		log.Warn("connection complete", append(args, "error", f.err.Error())...)
 		return

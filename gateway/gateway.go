@@ -28,6 +28,7 @@ type Gateway struct {
 	log       hclog.Logger
 	accessLog hclog.Logger // nil when the access log is off
 	router    *Router
+	authz     *Authorizer
 	cert      tls.Certificate
 	identity  string // our SPIFFE ID
 	roots     *x509.CertPool
@@ -42,6 +43,10 @@ type Gateway struct {
 	ready    atomic.Bool
 	draining atomic.Bool
 	flows    sync.WaitGroup
+
+	// endpointTurn holds one round-robin counter per service, by
+	// "namespace/name"; filled by New, read-only afterwards.
+	endpointTurn map[string]*atomic.Uint64
 }
 
 // New loads what the gateway needs from cfg (certificates, trust bundle)
@@ -70,11 +75,17 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 		cfg:      cfg,
 		log:      log.Named("gateway"),
 		router:   NewRouter(cfg),
+		authz:    NewAuthorizer(cfg.Policies),
 		cert:     cert,
 		identity: id,
 		roots:    roots,
 		ownPorts: make(map[uint16]bool),
 		ownAddrs: make(map[netip.Addr]bool),
+
+		endpointTurn: make(map[string]*atomic.Uint64),
+	}
+	for _, s := range cfg.Services {
+		g.endpointTurn[s.Namespace+"/"+s.Name] = new(atomic.Uint64)
 	}
 	if cfg.Log.AccessLog {
 		g.accessLog = log.Named("access")
@@ -85,6 +96,17 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 		}
 	}
 	return g, nil
+}
+
+// pickEndpoint is the endpoint choice Router.Route asks for: round robin
+// per service, so each endpoint gets an even share of the flows whatever
+// other services are used in between.
+func (g *Gateway) pickEndpoint(service string, n int) int {
+	turn := g.endpointTurn[service]
+	if turn == nil {
+		return 0
+	}
+	return int((turn.Add(1) - 1) % uint64(n))
 }
 
 // Identity is the SPIFFE ID this gateway presents.
@@ -117,6 +139,10 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		IdleTimeout:       g.cfg.HBONE.IdleTimeout.Duration,
 		ConnectTimeout:    g.cfg.HBONE.ConnectTimeout.Duration,
 		Logger:            g.log.Named("hbone"),
+		// Marked so that a peer's HBONE address inside a captured range
+		// (ztunnel's convention is <workload ip>:15008) is reached over
+		// the main table, not through our own TUN (tun/bypass.go).
+		Dial: (&net.Dialer{Control: tun.BypassControl}).DialContext,
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -166,6 +192,9 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			Addresses: g.cfg.TUN.Addresses,
 			Routes:    g.cfg.TUN.Routes,
 			Logger:    g.log.Named("tun"),
+			// Capture routes behind a rule our marked sockets skip: direct
+			// dials and HBONE dials never loop into the TUN.
+			Bypass: true,
 		})
 		if err != nil {
 			return fmt.Errorf("gateway: tun: %w", err)

@@ -12,25 +12,36 @@ import (
 )
 
 // handleInbound serves one CONNECT stream that hbone.Server accepted and
-// parsed: check the target, dial it, answer 200 only once the dial
-// succeeded, then relay.
+// parsed: check the target, authorize the connection, dial the target,
+// answer 200 only once the dial succeeded, then relay.
 func (g *Gateway) handleInbound(r *hbone.Request) {
 	g.flows.Add(1)
 	defer g.flows.Done()
 	target := r.Target()
 	fl := &flowLog{direction: inbound, srcIdentity: r.PeerIdentity(), dst: target, dstIdentity: g.identity, start: time.Now()}
-	fl.src = forwardedFor(r.Header())
+	fl.src = inboundSource(r)
+	fl.traceID = traceID(r.Header().Get("Traceparent"))
 	defer fl.emit(g.accessLog)
 
 	if status, err := g.checkInbound(target); err != nil {
 		r.Reject(status)
+		fl.flag = flagConnect
 		fl.err = err
+		return
+	}
+	// Authorization before the dial: a denied client must not even make
+	// the target see a connection attempt.
+	if d := g.authz.Authorize(AuthzConn{Identity: r.PeerIdentity(), Src: fl.src.Addr(), Dst: target}); !d.Allow {
+		r.Reject(http.StatusUnauthorized)
+		fl.flag = flagDeny
+		fl.err = fmt.Errorf("authorization: %s", d.Reason)
 		return
 	}
 	d := net.Dialer{Timeout: g.cfg.HBONE.ConnectTimeout.Duration}
 	tc, err := d.DialContext(r.Context(), "tcp", target.String())
 	if err != nil {
 		r.Reject(http.StatusServiceUnavailable)
+		fl.flag = flagConnect
 		fl.err = fmt.Errorf("dial target: %w", err)
 		return
 	}
@@ -62,6 +73,52 @@ func (g *Gateway) checkInbound(target netip.AddrPort) (int, error) {
 		return http.StatusServiceUnavailable, fmt.Errorf("target %s is one of this gateway's own ports", target)
 	}
 	return 0, nil
+}
+
+// inboundSource is the client of an inbound stream: the forwarded for=
+// address when the peer sent one, else the HBONE peer's own address (see
+// authz.go for why forwarded is trusted).
+func inboundSource(r *hbone.Request) netip.AddrPort {
+	if ap := forwardedFor(r.Header()); ap.IsValid() {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	if ta, ok := r.RemoteAddr().(*net.TCPAddr); ok {
+		ap := ta.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+// traceID returns the trace id of a W3C traceparent
+// ("00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"), or "" when
+// tp is not one. Only the fields' shape is checked: the id is logged, not
+// interpreted.
+func traceID(tp string) string {
+	parts := strings.Split(strings.TrimSpace(tp), "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return ""
+	}
+	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) {
+		return "" // version ff is invalid; version 00 has exactly four fields
+	}
+	for _, p := range parts[:4] {
+		if !isLowerHex(p) {
+			return ""
+		}
+	}
+	if strings.Trim(parts[1], "0") == "" {
+		return "" // all-zero trace id is invalid
+	}
+	return parts[1]
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // forwardedFor reads the client's address from `forwarded: for="ip:port"`,

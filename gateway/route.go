@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/meshtun/meshtun/config"
@@ -38,26 +39,40 @@ type Plan struct {
 	// Dst is the destination the client asked for.
 	Dst netip.AddrPort
 	// Target is where the bytes must end up: the CONNECT :authority for
-	// HBONE, the address dialled for Direct.
+	// HBONE, the address dialled for Direct. For a service it is the
+	// chosen endpoint's address and the mapped target port.
 	Target netip.AddrPort
 	// HBONEAddress is the peer's HBONE listener (HBONE only).
 	HBONEAddress netip.AddrPort
-	// Identities are the SPIFFE IDs the peer may present (HBONE only).
+	// Identities are the SPIFFE IDs the peer may present (HBONE only):
+	// the workload's or peer's identity, then a service's
+	// subject_alt_names.
 	Identities []string
-	// Via names the config entry that decided: "workload default/web",
-	// "peer node-b".
+	// Via names the config entry that decided: "service default/web",
+	// "workload default/web", "peer node-b".
 	Via string
+	// Service is the service ("namespace/name") when Dst is a service
+	// VIP, and Host its hostname (sent as forwarded ;host=), if it has one.
+	Service, Host string
+	// Endpoint is the workload ("namespace/name") chosen among the
+	// service's Endpoints, at index EndpointIndex of its endpoint list.
+	Endpoint                 string
+	EndpointIndex, Endpoints int
 	// Reason says why a flow is denied.
 	Reason string
 }
 
 func (p Plan) String() string {
+	via := p.Via
+	if p.Endpoint != "" {
+		via += fmt.Sprintf(", endpoint %s (%d of %d)", p.Endpoint, p.EndpointIndex+1, p.Endpoints)
+	}
 	switch p.Kind {
 	case HBONE:
 		return fmt.Sprintf("%s via %s: CONNECT %s at %s, expecting %s",
-			p.Dst, p.Via, p.Target, p.HBONEAddress, strings.Join(p.Identities, " or "))
+			p.Dst, via, p.Target, p.HBONEAddress, strings.Join(p.Identities, " or "))
 	case Direct:
-		return fmt.Sprintf("%s via %s: direct TCP to %s", p.Dst, p.Via, p.Target)
+		return fmt.Sprintf("%s via %s: direct TCP to %s", p.Dst, via, p.Target)
 	default:
 		return fmt.Sprintf("%s: denied: %s", p.Dst, p.Reason)
 	}
@@ -67,18 +82,30 @@ func (p Plan) String() string {
 // config and is read-only afterwards, so Route is safe for concurrent use
 // and has no side effects: the gateway and `meshtun route` share it.
 //
-// Precedence, most specific first: a workload address, then the longest
-// matching peer CIDR. Nothing matched → Deny.
+// Precedence, most specific first: a service VIP and port, then a workload
+// address, then the longest matching peer CIDR. Nothing matched → Deny. A
+// service VIP with a port the service does not declare is denied too: the
+// VIP is the service's, and no workload listens there.
 type Router struct {
+	services  map[netip.Addr]*serviceRoute // by VIP
 	workloads map[netip.Addr]*workloadRoute
 	peers     []peerRoute // longest prefix first
 }
 
 type workloadRoute struct {
-	name     string
-	protocol string
-	hbone    netip.AddrPort
-	identity string
+	name      string // namespace/name
+	direct    bool   // protocol TCP: dialled as it is, no HBONE
+	hbone     netip.AddrPort
+	identity  string
+	addresses []netip.Addr
+}
+
+type serviceRoute struct {
+	name      string // namespace/name
+	hostname  string
+	ports     map[uint16]uint16 // service port → target port
+	endpoints []*workloadRoute  // config order
+	sans      []string          // subject_alt_names
 }
 
 type peerRoute struct {
@@ -89,19 +116,43 @@ type peerRoute struct {
 }
 
 // NewRouter compiles the routing tables of cfg. cfg must have passed
-// Validate.
+// Validate (every endpoint names a declared workload; one that does not is
+// left out).
 func NewRouter(cfg *config.Config) *Router {
-	r := &Router{workloads: make(map[netip.Addr]*workloadRoute)}
+	r := &Router{
+		services:  make(map[netip.Addr]*serviceRoute),
+		workloads: make(map[netip.Addr]*workloadRoute),
+	}
+	byName := make(map[string]*workloadRoute, len(cfg.Workloads))
 	for i := range cfg.Workloads {
 		w := &cfg.Workloads[i]
 		wr := &workloadRoute{
 			name:     w.Namespace + "/" + w.Name,
-			protocol: w.Protocol,
+			direct:   strings.EqualFold(w.Protocol, "TCP"),
 			hbone:    w.HBONEAddress,
 			identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
 		}
 		for _, a := range w.Addresses {
+			wr.addresses = append(wr.addresses, a.Unmap())
 			r.workloads[a.Unmap()] = wr
+		}
+		byName[wr.name] = wr
+	}
+	for i := range cfg.Services {
+		s := &cfg.Services[i]
+		sr := &serviceRoute{
+			name:     s.Namespace + "/" + s.Name,
+			hostname: s.Hostname,
+			ports:    s.Ports,
+			sans:     s.SubjectAltNames,
+		}
+		for _, ep := range s.Endpoints {
+			if w, ok := byName[ep]; ok {
+				sr.endpoints = append(sr.endpoints, w)
+			}
+		}
+		for _, vip := range s.VIPs {
+			r.services[vip.Unmap()] = sr
 		}
 	}
 	for _, p := range cfg.Peers {
@@ -114,20 +165,23 @@ func NewRouter(cfg *config.Config) *Router {
 	return r
 }
 
-// Route returns the plan for a flow to dst.
-func (r *Router) Route(dst netip.AddrPort) Plan {
+// Pick chooses one of the n endpoints of service ("namespace/name"): an
+// index in [0, n); other values are reduced modulo n.
+type Pick func(service string, n int) int
+
+// Route returns the plan for a flow to dst. When dst is a service with
+// more than one endpoint, pick chooses one; a nil pick chooses the first.
+// Route itself keeps no state: the gateway passes round-robin counters,
+// tests a fixed choice.
+func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	plan := Plan{Dst: dst, Target: dst}
+	if s, ok := r.services[dst.Addr()]; ok {
+		return s.route(plan, pick)
+	}
 	if w, ok := r.workloads[dst.Addr()]; ok {
 		plan.Via = "workload " + w.name
-		if strings.EqualFold(w.protocol, "TCP") {
-			plan.Kind = Direct
-			return plan
-		}
-		plan.Kind = HBONE
-		plan.HBONEAddress = w.hbone
-		plan.Identities = []string{w.identity}
-		return plan
+		return w.route(plan, dst)
 	}
 	for _, p := range r.peers {
 		if p.prefix.Contains(dst.Addr()) {
@@ -138,6 +192,87 @@ func (r *Router) Route(dst netip.AddrPort) Plan {
 			return plan
 		}
 	}
-	plan.Reason = "no workload or peer route matches the destination"
+	plan.Reason = "no service, workload or peer route matches the destination"
 	return plan
+}
+
+// route completes plan for a flow to one of the service's endpoints.
+func (s *serviceRoute) route(plan Plan, pick Pick) Plan {
+	plan.Via = "service " + s.name
+	plan.Service, plan.Host = s.name, s.hostname
+	port, ok := s.ports[plan.Dst.Port()]
+	if !ok {
+		plan.Reason = fmt.Sprintf("service %s has no port %d (its ports: %s)", s.name, plan.Dst.Port(), s.portList())
+		return plan
+	}
+	n := len(s.endpoints)
+	plan.Endpoints = n
+	if n == 0 {
+		plan.Reason = fmt.Sprintf("service %s has no endpoints", s.name)
+		return plan
+	}
+	i := 0
+	if pick != nil && n > 1 {
+		i = pick(s.name, n) % n
+		if i < 0 {
+			i += n
+		}
+	}
+	w := s.endpoints[i]
+	plan.Endpoint, plan.EndpointIndex = w.name, i
+	addr, ok := w.addressLike(plan.Dst.Addr())
+	if !ok {
+		plan.Reason = fmt.Sprintf("service %s: endpoint %s has no address", s.name, w.name)
+		return plan
+	}
+	plan = w.route(plan, netip.AddrPortFrom(addr, port))
+	for _, san := range s.sans {
+		if plan.Kind == HBONE && !slices.Contains(plan.Identities, san) {
+			plan.Identities = append(plan.Identities, san)
+		}
+	}
+	return plan
+}
+
+func (s *serviceRoute) portList() string {
+	ports := make([]int, 0, len(s.ports))
+	for p := range s.ports {
+		ports = append(ports, int(p))
+	}
+	slices.Sort(ports)
+	var b strings.Builder
+	for i, p := range ports {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(p))
+	}
+	return b.String()
+}
+
+// route completes plan for a flow to target, an address of w.
+func (w *workloadRoute) route(plan Plan, target netip.AddrPort) Plan {
+	plan.Target = target
+	if w.direct {
+		plan.Kind = Direct
+		return plan
+	}
+	plan.Kind = HBONE
+	plan.HBONEAddress = w.hbone
+	plan.Identities = []string{w.identity}
+	return plan
+}
+
+// addressLike returns w's first address of the same family as like, or
+// else its first address.
+func (w *workloadRoute) addressLike(like netip.Addr) (netip.Addr, bool) {
+	for _, a := range w.addresses {
+		if a.Is4() == like.Is4() {
+			return a, true
+		}
+	}
+	if len(w.addresses) > 0 {
+		return w.addresses[0], true
+	}
+	return netip.Addr{}, false
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/meshtun/meshtun/config"
@@ -26,8 +27,10 @@ func testRouterConfig() *config.Config {
 	return cfg
 }
 
+// TestRoute: precedence service VIP:port > workload address > longest
+// peer CIDR.
 func TestRoute(t *testing.T) {
-	r := NewRouter(testRouterConfig())
+	r := NewRouter(testServiceConfig())
 	tests := []struct {
 		name      string
 		dst       string
@@ -51,11 +54,13 @@ func TestRoute(t *testing.T) {
 			identity: "spiffe://cluster.local/ns/default/sa/web", via: "workload default/web", wantAuthz: "10.244.2.5:8080"},
 		{name: "TCP workload is direct", dst: "10.244.2.6:5432", kind: Direct, via: "workload default/legacy", wantAuthz: "10.244.2.6:5432"},
 		{name: "no match denied", dst: "172.16.0.1:80", kind: Deny},
+		{name: "service VIP beats workload and peer", dst: "10.244.2.100:80", kind: HBONE, hbone: "10.244.2.5:15008",
+			identity: "spiffe://cluster.local/ns/default/sa/web", via: "service default/shadow", wantAuthz: "10.244.2.5:8080"},
 		{name: "IPv6 no match denied", dst: "[2001:db8::1]:80", kind: Deny},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := r.Route(netip.MustParseAddrPort(tt.dst))
+			p := r.Route(netip.MustParseAddrPort(tt.dst), nil)
 			if p.Kind != tt.kind {
 				t.Fatalf("kind = %v, want %v (plan %v)", p.Kind, tt.kind, p)
 			}
@@ -80,5 +85,129 @@ func TestRoute(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// testServiceConfig adds services to testRouterConfig: web with two HBONE
+// endpoints (one of them dual-stack) and extra SANs, db with a TCP
+// endpoint, empty with none, and shadow whose VIP is also a workload
+// address inside a peer CIDR.
+func testServiceConfig() *config.Config {
+	cfg := testRouterConfig()
+	cfg.Workloads = append(cfg.Workloads,
+		config.Workload{Name: "web2", Namespace: "default", ServiceAccount: "web", Protocol: "HBONE",
+			Addresses:    []netip.Addr{netip.MustParseAddr("fd00:10:244:2::8"), netip.MustParseAddr("10.244.2.8")},
+			HBONEAddress: netip.MustParseAddrPort("192.0.2.2:15008")},
+		config.Workload{Name: "shadowed", Namespace: "default", ServiceAccount: "x", Protocol: "HBONE",
+			Addresses: []netip.Addr{netip.MustParseAddr("10.244.2.100")}, HBONEAddress: netip.MustParseAddrPort("192.0.2.9:15008")},
+	)
+	cfg.Services = []config.Service{
+		{Name: "web", Namespace: "default", Hostname: "web.default.svc.cluster.local",
+			VIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("fd00:96::10")}, Ports: map[uint16]uint16{80: 8080, 443: 8443},
+			Endpoints:       []string{"default/web", "default/web2"},
+			SubjectAltNames: []string{"spiffe://cluster.local/ns/default/sa/web-canary", "spiffe://cluster.local/ns/default/sa/web"}},
+		{Name: "db", Namespace: "data", VIPs: []netip.Addr{netip.MustParseAddr("10.96.0.20")}, Ports: map[uint16]uint16{5432: 5432},
+			Endpoints: []string{"default/legacy"}},
+		{Name: "empty", Namespace: "default", VIPs: []netip.Addr{netip.MustParseAddr("10.96.0.30")}, Ports: map[uint16]uint16{80: 80}},
+		{Name: "shadow", Namespace: "default", VIPs: []netip.Addr{netip.MustParseAddr("10.244.2.100")}, Ports: map[uint16]uint16{80: 8080},
+			Endpoints: []string{"default/web"}},
+	}
+	return cfg
+}
+
+func TestRouteServices(t *testing.T) {
+	r := NewRouter(testServiceConfig())
+	webIDs := []string{"spiffe://cluster.local/ns/default/sa/web", "spiffe://cluster.local/ns/default/sa/web-canary"}
+	tests := []struct {
+		name       string
+		dst        string
+		pick       int // the endpoint index the Pick returns
+		kind       Kind
+		target     string
+		hbone      string
+		identities []string
+		endpoint   string
+		host       string
+		reason     string // for Deny: a substring
+	}{
+		{name: "first endpoint", dst: "10.96.0.10:80", pick: 0, kind: HBONE, target: "10.244.2.5:8080", hbone: "10.244.2.5:15008",
+			identities: webIDs, endpoint: "default/web", host: "web.default.svc.cluster.local"},
+		{name: "second endpoint, IPv4 address of a dual-stack workload", dst: "10.96.0.10:80", pick: 1, kind: HBONE, target: "10.244.2.8:8080", hbone: "192.0.2.2:15008",
+			identities: webIDs, endpoint: "default/web2", host: "web.default.svc.cluster.local"},
+		{name: "pick reduced modulo n", dst: "10.96.0.10:443", pick: 3, kind: HBONE, target: "10.244.2.8:8443", hbone: "192.0.2.2:15008",
+			identities: webIDs, endpoint: "default/web2", host: "web.default.svc.cluster.local"},
+		{name: "negative pick reduced too", dst: "10.96.0.10:443", pick: -1, kind: HBONE, target: "10.244.2.8:8443", hbone: "192.0.2.2:15008",
+			identities: webIDs, endpoint: "default/web2", host: "web.default.svc.cluster.local"},
+		{name: "IPv6 VIP picks the IPv6 address", dst: "[fd00:96::10]:80", pick: 1, kind: HBONE, target: "[fd00:10:244:2::8]:8080", hbone: "192.0.2.2:15008",
+			identities: webIDs, endpoint: "default/web2", host: "web.default.svc.cluster.local"},
+		{name: "IPv6 VIP, endpoint without IPv6 uses its IPv4", dst: "[fd00:96::10]:80", pick: 0, kind: HBONE, target: "10.244.2.5:8080", hbone: "10.244.2.5:15008",
+			identities: webIDs, endpoint: "default/web", host: "web.default.svc.cluster.local"},
+		{name: "IPv4-mapped VIP", dst: "[::ffff:10.96.0.10]:80", pick: 0, kind: HBONE, target: "10.244.2.5:8080", hbone: "10.244.2.5:15008",
+			identities: webIDs, endpoint: "default/web", host: "web.default.svc.cluster.local"},
+		{name: "TCP endpoint is direct", dst: "10.96.0.20:5432", kind: Direct, target: "10.244.2.6:5432", endpoint: "default/legacy"},
+		{name: "VIP port not in ports", dst: "10.96.0.10:81", kind: Deny, reason: "service default/web has no port 81 (its ports: 80, 443)"},
+		{name: "VIP port not in ports, even inside a peer CIDR", dst: "10.244.2.100:81", kind: Deny, reason: "service default/shadow has no port 81"},
+		{name: "no endpoints", dst: "10.96.0.30:80", kind: Deny, reason: "no endpoints"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked []string
+			pick := func(service string, n int) int { asked = append(asked, service); return tt.pick }
+			p := r.Route(netip.MustParseAddrPort(tt.dst), pick)
+			if p.Kind != tt.kind {
+				t.Fatalf("kind = %v, want %v (plan %v)", p.Kind, tt.kind, p)
+			}
+			if tt.kind == Deny {
+				if !strings.Contains(p.Reason, tt.reason) {
+					t.Errorf("reason %q does not contain %q", p.Reason, tt.reason)
+				}
+				return
+			}
+			if got := p.Target.String(); got != tt.target {
+				t.Errorf("target = %s, want %s", got, tt.target)
+			}
+			if p.Endpoint != tt.endpoint || p.Host != tt.host {
+				t.Errorf("endpoint, host = %q, %q; want %q, %q", p.Endpoint, p.Host, tt.endpoint, tt.host)
+			}
+			if tt.kind == HBONE {
+				if got := p.HBONEAddress.String(); got != tt.hbone {
+					t.Errorf("hbone address = %s, want %s", got, tt.hbone)
+				}
+				if !slices.Equal(p.Identities, tt.identities) {
+					t.Errorf("identities = %v, want %v", p.Identities, tt.identities)
+				}
+			}
+			if p.Endpoints > 1 && !slices.Equal(asked, []string{p.Service}) {
+				t.Errorf("pick asked for %v, want once for %s", asked, p.Service)
+			}
+		})
+	}
+}
+
+// A round-robin pick, as the gateway's, gives every endpoint its share.
+func TestRouteServiceSpread(t *testing.T) {
+	r := NewRouter(testServiceConfig())
+	turn := 0
+	pick := func(string, int) int { turn++; return turn - 1 }
+	seen := map[string]int{}
+	for range 10 {
+		seen[r.Route(netip.MustParseAddrPort("10.96.0.10:80"), pick).Endpoint]++
+	}
+	if seen["default/web"] != 5 || seen["default/web2"] != 5 {
+		t.Fatalf("endpoints chosen %v, want 5 each", seen)
+	}
+}
+
+// Route is pure: the same inputs give the same plan, and the config's
+// slices are not shared with plans (a caller appending to Identities must
+// not change the next plan).
+func TestRoutePure(t *testing.T) {
+	r := NewRouter(testServiceConfig())
+	dst := netip.MustParseAddrPort("10.96.0.10:80")
+	a := r.Route(dst, nil)
+	a.Identities = append(a.Identities[:1], "spiffe://evil/ns/x/sa/y")
+	b := r.Route(dst, nil)
+	if len(b.Identities) != 2 || b.Identities[1] != "spiffe://cluster.local/ns/default/sa/web-canary" {
+		t.Fatalf("second plan's identities %v: changed by the first caller", b.Identities)
 	}
 }
