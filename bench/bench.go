@@ -177,7 +177,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		names = ScenarioNames()
 	}
 	rep := &Report{Started: time.Now(), Config: cfg.summary(), Skipped: map[string]string{}, Errors: map[string]string{}}
-	fmt.Fprintf(out, "meshtun bench: %s; %d run(s) per figure and path\n", strings.Join(names, ", "), cfg.Runs)
+	fmt.Fprintf(out, "meshtun bench: %s; %d run(s) per figure and path; bulk %s, %d conns, %d IPs, %d idle flows, %d rr\n",
+		strings.Join(names, ", "), cfg.Runs, formatSize(cfg.Bulk), cfg.Conns, cfg.IPs, cfg.Idle, cfg.RR)
 	e, err := setup(ctx, cfg, out)
 	if err != nil {
 		return nil, err

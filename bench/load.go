@@ -279,6 +279,8 @@ func shortConn(ctx context.Context, d *net.Dialer, addr string, buf []byte) erro
 		return fmt.Errorf("bench: dial %s: %w", addr, err)
 	}
 	defer c.Close()
+	// A flow the path loses silently must fail the run, not hang it.
+	c.SetDeadline(time.Now().Add(d.Timeout + time.Second))
 	return echo(c, buf)
 }
 
