@@ -109,6 +109,10 @@ func (g *Gateway) pickEndpoint(service string, n int) int {
 	return int((turn.Add(1) - 1) % uint64(n))
 }
 
+// Router is the routing table the gateway routes captured flows with
+// (`meshtun route` shows its plans).
+func (g *Gateway) Router() *Router { return g.router }
+
 // Identity is the SPIFFE ID this gateway presents.
 func (g *Gateway) Identity() string { return g.identity }
 

@@ -5,6 +5,7 @@
 //
 //	meshtun run --config gateway.toml       run the gateway
 //	meshtun validate --config gateway.toml  check a config, print every error
+//	meshtun route --config gateway.toml IP:PORT  print the plan for a destination
 //	meshtun certs --out DIR NAME[=ID]...    make a development CA and certificates
 //	meshtun cleanup --config gateway.toml   remove a device and routes left by a crash
 //	meshtun version
@@ -31,6 +32,7 @@ type command struct {
 var commands = []command{
 	{"run", "run the gateway", cmdRun},
 	{"validate", "check a config file and print every problem", cmdValidate},
+	{"route", "print the plan for a destination IP:PORT", cmdRoute},
 	{"certs", "make a development CA and SPIFFE certificates", cmdCerts},
 	{"cleanup", "remove the TUN device and routes a crashed gateway left", cmdCleanup},
 	{"version", "print the version", cmdVersion},
