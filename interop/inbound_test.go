@@ -216,6 +216,15 @@ type nodeClientConfig struct {
 	Streams  []nodeStream `json:"streams,omitempty"`
 	Speaker  *nodeStream  `json:"speaker,omitempty"`
 	Probes   []nodeProbe  `json:"probes,omitempty"`
+	TLS      *nodeTLS     `json:"tls,omitempty"`
+}
+
+// nodeTLS overrides client.js's TLS parameters, to break a rule.
+type nodeTLS struct {
+	Ciphers    string   `json:"ciphers,omitempty"`
+	ALPN       []string `json:"alpn,omitempty"`
+	MinVersion string   `json:"minVersion,omitempty"`
+	MaxVersion string   `json:"maxVersion,omitempty"`
 }
 
 type nodeStream struct {
@@ -336,13 +345,18 @@ func TestNodeClientRefused(t *testing.T) {
 	srv := newInboundServer(t, p, echo)
 	foreign := p.issue("foreign", "spiffe://evil.example/ns/node/sa/client")
 	untrusted := other.issue("untrusted", nodeClientID)
+	client := p.issue("node-client", nodeClientID)
 	tests := []struct {
 		name string
 		leaf *leaf
+		tls  *nodeTLS
 	}{
-		{"no client certificate", nil},
-		{"untrusted CA", &untrusted},
-		{"foreign trust domain", &foreign},
+		{"no client certificate", nil, nil},
+		{"untrusted CA", &untrusted, nil},
+		{"foreign trust domain", &foreign, nil},
+		{"ChaCha20 only", &client, &nodeTLS{Ciphers: "TLS_CHACHA20_POLY1305_SHA256"}},
+		{"TLS 1.2 only", &client, &nodeTLS{MinVersion: "TLSv1.2", MaxVersion: "TLSv1.2", Ciphers: "ECDHE-ECDSA-AES128-GCM-SHA256"}},
+		{"http/1.1 only", &client, &nodeTLS{ALPN: []string{"http/1.1"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,10 +367,11 @@ func TestNodeClientRefused(t *testing.T) {
 			if tt.leaf != nil {
 				cfg.Cert, cfg.Key = &tt.leaf.Cert, &tt.leaf.Key
 			}
+			cfg.TLS = tt.tls
 			var res nodeClientResult
 			err := runNode(t, "client.js", cfg, &res)
 			if err == nil || res.Error == "" {
-				t.Fatalf("node client succeeded: %+v", res)
+				t.Fatalf("node client succeeded with %s %s ALPN %q", res.Version, res.Cipher, res.ALPN)
 			}
 			t.Logf("node: %s", res.Error)
 		})

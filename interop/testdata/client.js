@@ -4,32 +4,45 @@
 // prints the error and exits 1.
 //
 // config: {addr, ca, cert, key, serverID, streams: [{authority, size}],
-//          speaker: {authority, size}, probes: [{method, authority}]}
-// cert and key may be null: no client certificate.
+//          speaker: {authority, size}, probes: [{method, authority}],
+//          tls: {ciphers, alpn, minVersion, maxVersion}}
+// cert and key may be null: no client certificate. tls overrides the
+// HBONE defaults, to break a rule on purpose.
 'use strict';
 const crypto = require('crypto');
 const fs = require('fs');
 const http2 = require('http2');
+const tls = require('tls');
 
 const cfg = JSON.parse(process.argv[2]);
 const sha = (buf) => crypto.createHash('sha256').update(buf).digest('hex');
 
 // Only TLS 1.3 with AES-GCM, ALPN h2, and the server is judged by its
 // SPIFFE URI SAN, not by a host name (the peer is an IP: no SNI is sent).
+const tlsOpts = cfg.tls || {};
+const [host, port] = [cfg.addr.slice(0, cfg.addr.lastIndexOf(':')), Number(cfg.addr.slice(cfg.addr.lastIndexOf(':') + 1))];
+// The TLS connection is made here (http2.connect would force its own ALPN
+// list), then handed to the HTTP/2 session.
 const session = http2.connect('https://' + cfg.addr, {
-  ca: fs.readFileSync(cfg.ca),
-  cert: cfg.cert ? fs.readFileSync(cfg.cert) : undefined,
-  key: cfg.key ? fs.readFileSync(cfg.key) : undefined,
-  minVersion: 'TLSv1.3',
-  ciphersuites: 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384',
-  ALPNProtocols: ['h2'],
-  checkServerIdentity: (host, cert) => {
-    const uris = (cert.subjectaltname || '').split(', ');
-    if (!uris.includes('URI:' + cfg.serverID)) {
-      return new Error('server identity ' + cert.subjectaltname + ' is not ' + cfg.serverID);
-    }
-    return undefined;
-  },
+  createConnection: () => tls.connect({
+    host,
+    port,
+    ca: fs.readFileSync(cfg.ca),
+    cert: cfg.cert ? fs.readFileSync(cfg.cert) : undefined,
+    key: cfg.key ? fs.readFileSync(cfg.key) : undefined,
+    minVersion: tlsOpts.minVersion || 'TLSv1.3',
+    maxVersion: tlsOpts.maxVersion || 'TLSv1.3',
+    // Node names TLS 1.3 suites in "ciphers" too.
+    ciphers: tlsOpts.ciphers || 'TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384',
+    ALPNProtocols: tlsOpts.alpn || ['h2'],
+    checkServerIdentity: (_host, cert) => {
+      const uris = (cert.subjectaltname || '').split(', ');
+      if (!uris.includes('URI:' + cfg.serverID)) {
+        return new Error('server identity ' + cert.subjectaltname + ' is not ' + cfg.serverID);
+      }
+      return undefined;
+    },
+  }),
 });
 
 // connect opens a CONNECT stream and resolves with it once the answer's
