@@ -22,7 +22,7 @@ import (
 )
 
 // Each test builds: a namespace with a TUN "meshtun0" holding 10.99.0.1 and
-// fd00:99::1, routes for 10.244.2.0/24 and fd00:244:2::/64 into it, and a
+// fd00:99::1, routes for 10.244.0.0/16 and fd00:244::/32 into it, and a
 // Stack serving it. Kernel clients in the namespace dial the routed
 // addresses.
 var families = []struct {
@@ -52,7 +52,7 @@ func setup(t *testing.T, opts netstack.Options) *env {
 		dev, err = tun.Open(tun.Options{
 			Name:      "meshtun0",
 			Addresses: []netip.Prefix{netip.MustParsePrefix("10.99.0.1/32"), netip.MustParsePrefix("fd00:99::1/128")},
-			Routes:    []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("fd00:244:2::/64")},
+			Routes:    []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/32")},
 			Logger:    log.Named("tun"),
 		})
 	})

@@ -183,8 +183,13 @@ func (s *Stack) build(opts Options, mtu int) error {
 	if err != nil {
 		return fmt.Errorf("netstack: link endpoint: %w", err)
 	}
-	if err := s.stack.CreateNICWithOptions(nicID, ep, stack.NICOptions{Name: "tun"}); err != nil {
+	if err := s.stack.CreateNICWithOptions(nicID, &loopbackLink{ep}, stack.NICOptions{Name: "tun"}); err != nil {
 		return fmt.Errorf("netstack: create NIC: %w", toError(err))
+	}
+	// With the loopback capability, this /0 makes every IPv4 destination
+	// match at once (loopback.go).
+	if err := s.stack.AddProtocolAddress(nicID, catchAllV4, stack.AddressProperties{}); err != nil {
+		return fmt.Errorf("netstack: add catch-all address: %w", toError(err))
 	}
 	// Promiscuous: accept packets for any destination address.
 	// Spoofing: reply from that address.
