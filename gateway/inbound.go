@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/meshtun/meshtun/hbone"
@@ -20,7 +19,7 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 	target := r.Target()
 	fl := &flowLog{direction: inbound, srcIdentity: r.PeerIdentity(), dst: target, dstIdentity: g.identity, start: time.Now()}
 	fl.src = inboundSource(r)
-	fl.traceID = traceID(r.Header().Get("Traceparent"))
+	fl.traceID = r.TraceID()
 	defer fl.emit(g.accessLog)
 
 	if status, err := g.checkInbound(target); err != nil {
@@ -79,7 +78,7 @@ func (g *Gateway) checkInbound(target netip.AddrPort) (int, error) {
 // address when the peer sent one, else the HBONE peer's own address (see
 // authz.go for why forwarded is trusted).
 func inboundSource(r *hbone.Request) netip.AddrPort {
-	if ap := forwardedFor(r.Header()); ap.IsValid() {
+	if ap := r.ForwardedFor(); ap.IsValid() {
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	if ta, ok := r.RemoteAddr().(*net.TCPAddr); ok {
@@ -87,74 +86,4 @@ func inboundSource(r *hbone.Request) netip.AddrPort {
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	return netip.AddrPort{}
-}
-
-// traceID returns the trace id of a W3C traceparent
-// ("00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"), or "" when
-// tp is not one. Only the fields' shape is checked: the id is logged, not
-// interpreted.
-func traceID(tp string) string {
-	parts := strings.Split(strings.TrimSpace(tp), "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
-		return ""
-	}
-	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) {
-		return "" // version ff is invalid; version 00 has exactly four fields
-	}
-	for _, p := range parts[:4] {
-		if !isLowerHex(p) {
-			return ""
-		}
-	}
-	if strings.Trim(parts[1], "0") == "" {
-		return "" // all-zero trace id is invalid
-	}
-	return parts[1]
-}
-
-func isLowerHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// forwardedFor reads the client's address from `forwarded: for="ip:port"`,
-// or returns the zero AddrPort.
-func forwardedFor(h http.Header) netip.AddrPort {
-	for _, v := range h.Values("Forwarded") {
-		for _, part := range splitForwarded(v) {
-			if len(part) > 4 && strings.EqualFold(part[:4], "for=") {
-				val := part[4:]
-				if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
-					val = val[1 : len(val)-1]
-				}
-				if ap, err := netip.ParseAddrPort(val); err == nil {
-					return ap
-				}
-			}
-		}
-	}
-	return netip.AddrPort{}
-}
-
-// splitForwarded splits a Forwarded element list on ';' and ',' outside
-// quotes.
-func splitForwarded(v string) []string {
-	var parts []string
-	start, quoted := 0, false
-	for i := 0; i < len(v); i++ {
-		switch v[i] {
-		case '"':
-			quoted = !quoted
-		case ';', ',':
-			if !quoted {
-				parts = append(parts, strings.TrimSpace(v[start:i]))
-				start = i + 1
-			}
-		}
-	}
-	return append(parts, strings.TrimSpace(v[start:]))
 }
