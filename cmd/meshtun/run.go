@@ -116,7 +116,7 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) error {
 	if err := tun.Cleanup(dev); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "removed %s and meshtun's routes\n", dev)
+	fmt.Fprintf(stdout, "removed %s and meshtun's routes and rules\n", dev)
 	return nil
 }
 
