@@ -71,6 +71,11 @@ type Options struct {
 	// Bypass puts Routes in table RouteTable behind a rule that sockets
 	// marked with BypassMark skip (bypass.go), instead of the main table.
 	Bypass bool
+	// Offload is OffloadOff (or empty), OffloadOn or OffloadAuto: whether
+	// the device carries a virtio_net_hdr with each packet and takes and
+	// gives TCP super-packets (offload_linux.go). Device.Offload reports
+	// what Open got.
+	Offload string
 }
 
 // Device is an open, configured TUN device.
@@ -78,7 +83,7 @@ type Device struct {
 	name  string
 	mtu   int
 	log   hclog.Logger
-	ifce  *water.Interface // kept referenced: its finalizer closes the fd
+	ifce  *water.Interface // kept referenced: its finalizer closes the fd; nil with offload
 	file  *os.File
 	nl    *netlink.Handle // bound to the namespace the device lives in
 	index int
@@ -89,6 +94,10 @@ type Device struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// offload: every packet on the fd is preceded by a virtio_net_hdr and
+	// TSO is on (Options.Offload, offload_linux.go).
+	offload bool
 }
 
 // Open creates the device and configures it as opts says. On any failure it
@@ -111,39 +120,36 @@ func Open(opts Options) (*Device, error) {
 		log = hclog.NewNullLogger()
 	}
 
-	ifce, err := water.New(water.Config{
-		DeviceType:             water.TUN,
-		PlatformSpecificParams: water.PlatformSpecificParams{Name: opts.Name},
-	})
-	if err != nil {
-		if errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("tun: open %s: %w (is another meshtun running? after a crash run `meshtun cleanup`)", opts.Name, err)
-		}
-		return nil, fmt.Errorf("tun: open %s: %w", opts.Name, err)
+	d := &Device{mtu: opts.MTU, log: log}
+	if err := d.openOffload(opts); err != nil {
+		return nil, err
 	}
-	file, ok := ifce.ReadWriteCloser.(*os.File)
-	if !ok {
-		ifce.Close()
-		return nil, fmt.Errorf("tun: open %s: water returned %T, not an *os.File", opts.Name, ifce.ReadWriteCloser)
+	if d.file == nil {
+		ifce, err := water.New(water.Config{
+			DeviceType:             water.TUN,
+			PlatformSpecificParams: water.PlatformSpecificParams{Name: opts.Name},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("tun: open %s: %w", opts.Name, busyHint(err))
+		}
+		file, ok := ifce.ReadWriteCloser.(*os.File)
+		if !ok {
+			ifce.Close()
+			return nil, fmt.Errorf("tun: open %s: water returned %T, not an *os.File", opts.Name, ifce.ReadWriteCloser)
+		}
+		d.ifce, d.file, d.name = ifce, file, ifce.Name()
 	}
 	nl, err := netlink.NewHandle()
 	if err != nil {
-		ifce.Close()
+		d.closeFile()
 		return nil, fmt.Errorf("tun: open %s: netlink: %w", opts.Name, err)
 	}
-	d := &Device{
-		name: ifce.Name(),
-		mtu:  opts.MTU,
-		log:  log,
-		ifce: ifce,
-		file: file,
-		nl:   nl,
-	}
+	d.nl = nl
 	if err := d.configure(opts); err != nil {
 		d.Close()
 		return nil, err
 	}
-	log.Info("device open", "name", d.name, "mtu", d.mtu,
+	log.Info("device open", "name", d.name, "mtu", d.mtu, "offload", d.offload,
 		"addresses", fmt.Sprint(opts.Addresses), "routes", fmt.Sprint(opts.Routes))
 	return d, nil
 }
@@ -284,7 +290,7 @@ func (d *Device) Close() error {
 				errs = append(errs, fmt.Errorf("tun: %s: delete link: %w", d.name, err))
 			}
 		}
-		if err := d.ifce.Close(); err != nil {
+		if err := d.closeFile(); err != nil {
 			errs = append(errs, fmt.Errorf("tun: %s: close: %w", d.name, err))
 		}
 		d.nl.Close()
