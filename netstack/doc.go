@@ -11,9 +11,13 @@
 //  1. a gVisor stack with IPv4, IPv6 and TCP, SACK on;
 //  2. the TCP forwarder, installed before the NIC exists so that no SYN
 //     can arrive unhandled;
-//  3. an fdbased link endpoint over the TUN fd (IP packets, no Ethernet
-//     header, MTU of the device);
-//  4. the NIC, promiscuous and spoofing, and the default routes.
+//  3. the link endpoint over the TUN fd, MTU of the device: fdbased (IP
+//     packets, no Ethernet header) for a plain device, or our own vnetLink
+//     (vnet.go: virtio_net_hdr, TSO super-packets both ways, GRO) for a
+//     device opened with offload; either wrapped in loopbackLink
+//     (loopback.go), which makes the IPv4 catch-all constant-time;
+//  4. the NIC, with one permanent 0/0 IPv4 address, promiscuous and
+//     spoofing, and the default routes.
 //
 // Use from another package:
 //

@@ -44,8 +44,18 @@ type env struct {
 
 func setup(t *testing.T, opts netstack.Options) *env {
 	t.Helper()
+	return setupDev(t, opts, tun.Options{})
+}
+
+// setupDev is setup with the device's MTU and Offload from topts.
+func setupDev(t testing.TB, opts netstack.Options, topts tun.Options) *env {
+	t.Helper()
 	ns := tuntest.NewNetns(t, "mt-ns")
-	log := hclog.New(&hclog.LoggerOptions{Output: tWriter{t}, Level: hclog.Debug})
+	level := hclog.Debug
+	if _, ok := t.(*testing.B); ok {
+		level = hclog.Warn // keep benchmark output to its figures
+	}
+	log := hclog.New(&hclog.LoggerOptions{Output: tWriter{t}, Level: level})
 	var dev *tun.Device
 	var err error
 	ns.Do(func() {
@@ -53,6 +63,8 @@ func setup(t *testing.T, opts netstack.Options) *env {
 			Name:      "meshtun0",
 			Addresses: []netip.Prefix{netip.MustParsePrefix("10.99.0.1/32"), netip.MustParsePrefix("fd00:99::1/128")},
 			Routes:    []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("fd00:244::/32")},
+			MTU:       topts.MTU,
+			Offload:   topts.Offload,
 			Logger:    log.Named("tun"),
 		})
 	})
@@ -74,7 +86,7 @@ func setup(t *testing.T, opts netstack.Options) *env {
 	return &env{ns: ns, dev: dev, st: st}
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimSpace(p)))

@@ -54,7 +54,8 @@ type Options struct {
 	// in bytes; gVisor auto-tunes it from there. DefaultReceiveWindow if 0.
 	ReceiveWindow int
 	// GRO turns on gVisor's generic receive offload on the link endpoint,
-	// which coalesces inbound segments. It needs RX checksum offload (set
+	// which coalesces inbound segments. A Device opened with offload always
+	// has it (vnet.go). It needs RX checksum offload (set
 	// with it: gVisor then trusts the kernel's checksums) or uploads stall
 	// (field-notes.md). It pays at small MTUs; off by default.
 	GRO bool
@@ -133,7 +134,8 @@ func New(opts Options) (*Stack, error) {
 		return nil, fmt.Errorf("netstack: MTU %d: set Options.Device, or FD and MTU", mtu)
 	}
 
-	if err := s.build(opts, mtu); err != nil {
+	offload := opts.Device != nil && opts.Device.Offload()
+	if err := s.build(opts, mtu, offload); err != nil {
 		if s.stack != nil {
 			s.stack.Destroy()
 		}
@@ -141,12 +143,12 @@ func New(opts Options) (*Stack, error) {
 		return nil, err
 	}
 	log.Info("stack up", "mtu", mtu, "max_in_flight", opts.MaxInFlight,
-		"receive_window", opts.ReceiveWindow, "gro", opts.GRO)
+		"receive_window", opts.ReceiveWindow, "gro", opts.GRO || offload, "offload", offload)
 	return s, nil
 }
 
 // build performs the setup order of the package doc.
-func (s *Stack) build(opts Options, mtu int) error {
+func (s *Stack) build(opts Options, mtu int, offload bool) error {
 	s.stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
@@ -162,28 +164,43 @@ func (s *Stack) build(opts Options, mtu int) error {
 	fwd := tcp.NewForwarder(s.stack, opts.ReceiveWindow, opts.MaxInFlight, s.forward)
 	s.stack.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 
-	ep, err := fdbased.New(&fdbased.Options{
-		FDs:            []int{s.fd},
-		MTU:            uint32(mtu),
-		EthernetHeader: false,
-		// Never TXChecksumOffload: the kernel drops the checksum-less
-		// SYN-ACKs of a TUN without vnet headers (field-notes.md).
-		RXChecksumOffload: opts.GRO,
-		GRO:               opts.GRO,
-		// Called when the read loop ends: on Close (a stop reads as an
-		// error too), or because the TUN failed (e.g. the device was
-		// deleted under the stack).
-		ClosedFunc: func(e tcpip.Error) {
-			if s.isClosed() {
-				return
-			}
-			s.log.Error("TUN read failed; no more packets will be received", "error", toError(e))
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("netstack: link endpoint: %w", err)
+	// Called when the read loop ends: on Close (a stop reads as an error
+	// too with fdbased), or because the TUN failed (e.g. the device was
+	// deleted under the stack).
+	closed := func(e tcpip.Error) {
+		if s.isClosed() {
+			return
+		}
+		s.log.Error("TUN read failed; no more packets will be received", "error", toError(e))
+	}
+	var ep stack.LinkEndpoint
+	if offload {
+		// The device carries virtio_net_hdr: our own endpoint (vnet.go),
+		// which owns the fd from here on and always runs GRO.
+		s.ownFD = false
+		vl, err := newVnetLink(s.fd, mtu, closed)
+		if err != nil {
+			return err
+		}
+		ep = vl
+	} else {
+		fep, err := fdbased.New(&fdbased.Options{
+			FDs:            []int{s.fd},
+			MTU:            uint32(mtu),
+			EthernetHeader: false,
+			// Never TXChecksumOffload: the kernel drops the checksum-less
+			// SYN-ACKs of a TUN without vnet headers (field-notes.md).
+			RXChecksumOffload: opts.GRO,
+			GRO:               opts.GRO,
+			ClosedFunc:        closed,
+		})
+		if err != nil {
+			return fmt.Errorf("netstack: link endpoint: %w", err)
+		}
+		ep = fep
 	}
 	if err := s.stack.CreateNICWithOptions(nicID, &loopbackLink{ep}, stack.NICOptions{Name: "tun"}); err != nil {
+		ep.Close()
 		return fmt.Errorf("netstack: create NIC: %w", toError(err))
 	}
 	// With the loopback capability, this /0 makes every IPv4 destination

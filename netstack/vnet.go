@@ -1,0 +1,381 @@
+package netstack
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
+
+	"github.com/meshtun/meshtun/tun"
+)
+
+// struct virtio_net_hdr (linux/virtio_net.h), in the host's byte order
+// (the legacy layout a TUN uses unless told otherwise).
+const (
+	vnetFNeedsCsum = 1 // flags: the checksum is partial; csum_start/offset say where
+	vnetFDataValid = 2 // flags: the checksum was already validated
+	vnetGSONone    = 0
+	vnetGSOTCPv4   = 1
+	vnetGSOTCPv6   = 4
+)
+
+const (
+	// vnetReadSize is the largest packet a read can return: an IP packet
+	// of up to 64 KiB, a TSO super-packet included. One pooled view of this
+	// size is read into at a time.
+	vnetReadSize = 1<<16 - 1
+	// vnetCopyBelow: a packet shorter than this is copied into a view of
+	// its own size, so ACKs and small segments don't each pin a 64 KiB
+	// view while they wait in a receive queue; larger ones keep the view
+	// they were read into.
+	vnetCopyBelow = 4 << 10
+	// vnetGSOMaxSize is the largest super-packet we hand the kernel: an
+	// IPv4 total length is 16 bits, and larger ("BIG TCP") sizes break
+	// parsing (field-notes.md).
+	vnetGSOMaxSize = 1<<16 - 1
+)
+
+// vnetLink is a gVisor link endpoint over a TUN opened with offload
+// (tun.Options.Offload): every packet is preceded by a virtio_net_hdr, and
+// TCP may come and go as super-packets of up to 64 KiB.
+//
+// Inbound, one goroutine reads header and packet with one readv into a
+// pooled 64 KiB view (the fd is non-blocking under the Go poller), feeds
+// gVisor's GRO, and flushes GRO whenever the next read would block. The
+// endpoint advertises RX checksum offload: packets the kernel marks
+// NEEDS_CSUM (partial, from a local sender) or DATA_VALID are trusted, and
+// the rare one with neither is validated here and dropped if wrong.
+// Outbound, gVisor hands super-packets (GSO) with only the pseudo-header
+// checksum; the header asks the kernel to finish the checksum and segment
+// at the MSS, and one writev sends header and packet. TX checksum offload
+// is never advertised: non-GSO packets leave with full checksums.
+//
+// fdbased does not fit: it strips no vnet header from a TUN, enables GSO
+// only on sockets, and offsets csum_start for an Ethernet header.
+type vnetLink struct {
+	file   *os.File // our dup of the device's fd; Close closes it
+	rc     syscall.RawConn
+	fd     int
+	mtu    atomic.Uint32
+	closed func(tcpip.Error) // the read loop ended other than by a stop
+
+	mu         sync.Mutex
+	dispatcher stack.NetworkDispatcher // guarded by mu
+	onClose    func()                  // guarded by mu
+	stopping   atomic.Bool
+	wg         sync.WaitGroup // the read loop
+
+	// BadChecksums counts inbound packets dropped for a wrong checksum.
+	badChecksums atomic.Uint64
+}
+
+var _ stack.LinkEndpoint = (*vnetLink)(nil)
+var _ stack.GSOEndpoint = (*vnetLink)(nil)
+
+// newVnetLink takes ownership of fd.
+func newVnetLink(fd, mtu int, closed func(tcpip.Error)) (*vnetLink, error) {
+	f := os.NewFile(uintptr(fd), "tun-vnet")
+	if f == nil {
+		unix.Close(fd)
+		return nil, errors.New("netstack: bad TUN fd")
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netstack: TUN fd: %w", err)
+	}
+	l := &vnetLink{file: f, rc: rc, fd: fd, closed: closed}
+	l.mtu.Store(uint32(mtu))
+	return l, nil
+}
+
+func (l *vnetLink) MTU() uint32                             { return l.mtu.Load() }
+func (l *vnetLink) SetMTU(mtu uint32)                       { l.mtu.Store(mtu) }
+func (l *vnetLink) MaxHeaderLength() uint16                 { return 0 }
+func (l *vnetLink) LinkAddress() tcpip.LinkAddress          { return "" }
+func (l *vnetLink) SetLinkAddress(tcpip.LinkAddress)        {}
+func (l *vnetLink) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+func (l *vnetLink) AddHeader(*stack.PacketBuffer)           {}
+func (l *vnetLink) ParseHeader(*stack.PacketBuffer) bool    { return true }
+func (l *vnetLink) GSOMaxSize() uint32                      { return vnetGSOMaxSize }
+func (l *vnetLink) SupportedGSO() stack.SupportedGSO        { return stack.HostGSOSupported }
+
+// Capabilities: RX checksum offload only (see the type's doc).
+func (l *vnetLink) Capabilities() stack.LinkEndpointCapabilities {
+	return stack.CapabilityRXChecksumOffload
+}
+
+// Attach starts the read loop with d, or with nil tells it to stop.
+//
+// It does not wait for the loop: gVisor calls Attach(nil) (and Wait) while
+// holding the stack's lock, and a packet being delivered may need that
+// lock (a route for a RST), so waiting there deadlocks. Close, which runs
+// without the lock, waits.
+func (l *vnetLink) Attach(d stack.NetworkDispatcher) {
+	l.mu.Lock()
+	if d == nil {
+		l.dispatcher = nil
+		l.mu.Unlock()
+		l.stop()
+		return
+	}
+	defer l.mu.Unlock()
+	if l.dispatcher != nil {
+		return
+	}
+	l.dispatcher = d
+	l.wg.Add(1)
+	go l.readLoop(d)
+}
+
+func (l *vnetLink) IsAttached() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dispatcher != nil
+}
+
+// stop makes the read loop end and deliver nothing more.
+func (l *vnetLink) stop() {
+	if l.stopping.CompareAndSwap(false, true) {
+		// Wakes the read loop parked in the poller (and makes any later
+		// read return at once).
+		l.file.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// Wait does not wait: see Attach. Close waits for the read loop.
+func (l *vnetLink) Wait() {}
+
+// Close stops the read loop, waits for it and closes the fd. The NIC's
+// removal calls it, after Attach(nil) and without the stack's lock.
+func (l *vnetLink) Close() {
+	l.stop()
+	l.wg.Wait()
+	l.mu.Lock()
+	f := l.onClose
+	l.onClose = nil
+	l.mu.Unlock()
+	l.file.Close()
+	if f != nil {
+		f()
+	}
+}
+
+func (l *vnetLink) SetOnCloseAction(f func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.onClose = f
+}
+
+// readLoop reads packets until Attach(nil) or a read error.
+func (l *vnetLink) readLoop(d stack.NetworkDispatcher) {
+	defer l.wg.Done()
+	var g gro.GRO
+	g.Init(true)
+	g.Dispatcher = d
+	var hdr [tun.VnetHdrLen]byte
+	view := buffer.NewViewSize(vnetReadSize)
+	defer func() { view.Release() }()
+	for {
+		var (
+			n    int
+			rerr error
+		)
+		err := l.rc.Read(func(fd uintptr) bool {
+			buf := view.AsSlice()
+			iov := [2]unix.Iovec{
+				{Base: &hdr[0], Len: uint64(len(hdr))},
+				{Base: &buf[0], Len: uint64(len(buf))},
+			}
+			for {
+				r, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+				switch errno {
+				case 0:
+					n = int(r)
+				case unix.EINTR:
+					continue
+				case unix.EAGAIN:
+					// Nothing more for now: hand what GRO holds to the
+					// stack before parking.
+					if !l.stopping.Load() {
+						g.Flush()
+					}
+					return false
+				default:
+					rerr = errno
+				}
+				return true
+			}
+		})
+		if err == nil {
+			err = rerr
+		}
+		if l.stopping.Load() {
+			return
+		}
+		if err != nil {
+			if l.closed != nil {
+				l.closed(tcpip.TranslateErrno(errnoOf(err)))
+			}
+			return
+		}
+		view = l.deliver(&g, hdr[:], view, n-len(hdr))
+	}
+}
+
+func errnoOf(err error) unix.Errno {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return errno
+	}
+	return unix.EBADF
+}
+
+// deliver hands one packet of size n, read into view, to GRO. It returns
+// the view to read the next packet into.
+func (l *vnetLink) deliver(g *gro.GRO, hdr []byte, view *buffer.View, n int) *buffer.View {
+	if n <= 0 {
+		return view
+	}
+	data := view.AsSlice()[:n]
+	var proto tcpip.NetworkProtocolNumber
+	switch header.IPVersion(data) {
+	case header.IPv4Version:
+		proto = header.IPv4ProtocolNumber
+	case header.IPv6Version:
+		proto = header.IPv6ProtocolNumber
+	default:
+		return view
+	}
+	if hdr[0]&(vnetFNeedsCsum|vnetFDataValid) == 0 && !checksumsValid(data, proto) {
+		l.badChecksums.Add(1)
+		return view
+	}
+	var v *buffer.View
+	if n < vnetCopyBelow {
+		v = buffer.NewViewWithData(data)
+	} else {
+		view.CapLength(n)
+		v, view = view, buffer.NewViewSize(vnetReadSize)
+	}
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithView(v)})
+	pkt.NetworkProtocolNumber = proto
+	pkt.RXChecksumValidated = true
+	g.Enqueue(pkt)
+	pkt.DecRef()
+	return view
+}
+
+// checksumsValid checks the IPv4 header checksum and the TCP, UDP or ICMP
+// checksum of a packet the kernel did not vouch for. Packets it cannot
+// parse fully (fragments, IPv6 extension headers) pass: the stack
+// validates what it uses of them, except the transport checksum, which
+// such packets rarely carry through a TUN.
+func checksumsValid(data []byte, proto tcpip.NetworkProtocolNumber) bool {
+	var (
+		src, dst tcpip.Address
+		tp       tcpip.TransportProtocolNumber
+		payload  []byte
+	)
+	switch proto {
+	case header.IPv4ProtocolNumber:
+		ip := header.IPv4(data)
+		if !ip.IsValid(len(data)) || !ip.IsChecksumValid() {
+			return false
+		}
+		if ip.FragmentOffset() != 0 || ip.Flags()&header.IPv4FlagMoreFragments != 0 {
+			return true
+		}
+		src, dst, tp = ip.SourceAddress(), ip.DestinationAddress(), ip.TransportProtocol()
+		payload = data[ip.HeaderLength():ip.TotalLength()]
+		if tp == header.ICMPv4ProtocolNumber {
+			return checksum.Checksum(payload, 0) == 0xffff
+		}
+	case header.IPv6ProtocolNumber:
+		ip := header.IPv6(data)
+		if !ip.IsValid(len(data)) {
+			return false
+		}
+		src, dst, tp = ip.SourceAddress(), ip.DestinationAddress(), ip.TransportProtocol()
+		payload = data[header.IPv6MinimumSize : header.IPv6MinimumSize+int(ip.PayloadLength())]
+	}
+	switch tp {
+	case header.TCPProtocolNumber, header.ICMPv6ProtocolNumber:
+	case header.UDPProtocolNumber:
+		if len(payload) >= header.UDPMinimumSize && proto == header.IPv4ProtocolNumber && header.UDP(payload).Checksum() == 0 {
+			return true // no checksum, allowed over IPv4
+		}
+	default:
+		return true
+	}
+	xsum := header.PseudoHeaderChecksum(tp, src, dst, uint16(len(payload)))
+	return checksum.Checksum(payload, xsum) == 0xffff
+}
+
+// WritePackets writes each packet with its vnet header in one writev. A
+// write the kernel refuses drops that packet (as a wire would); TCP
+// retransmits.
+func (l *vnetLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	n := 0
+	for _, pkt := range pkts.AsSlice() {
+		if err := l.writePacket(pkt); err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			break
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (l *vnetLink) writePacket(pkt *stack.PacketBuffer) tcpip.Error {
+	var hdr [tun.VnetHdrLen]byte
+	if gso := pkt.GSOOptions; gso.Type != stack.GSONone && gso.NeedsCsum {
+		hdr[0] = vnetFNeedsCsum
+		binary.NativeEndian.PutUint16(hdr[6:], gso.L3HdrLen)   // csum_start
+		binary.NativeEndian.PutUint16(hdr[8:], gso.CsumOffset) // csum_offset
+		if pkt.Data().Size() > int(gso.MSS) {
+			switch gso.Type {
+			case stack.GSOTCPv4:
+				hdr[1] = vnetGSOTCPv4
+			case stack.GSOTCPv6:
+				hdr[1] = vnetGSOTCPv6
+			default:
+				return &tcpip.ErrNotSupported{}
+			}
+			binary.NativeEndian.PutUint16(hdr[2:], uint16(pkt.HeaderSize())) // hdr_len
+			binary.NativeEndian.PutUint16(hdr[4:], gso.MSS)                  // gso_size
+		}
+	}
+	var iovArr [8]unix.Iovec
+	iov := append(iovArr[:0], unix.Iovec{Base: &hdr[0], Len: uint64(len(hdr))})
+	for _, s := range pkt.AsSlices() {
+		if len(s) > 0 {
+			iov = append(iov, unix.Iovec{Base: &s[0], Len: uint64(len(s))})
+		}
+	}
+	for {
+		_, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(l.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		switch errno {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return tcpip.TranslateErrno(errno)
+	}
+}
