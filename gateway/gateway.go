@@ -195,6 +195,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			MTU:       g.cfg.TUN.MTU,
 			Addresses: g.cfg.TUN.Addresses,
 			Routes:    g.cfg.TUN.Routes,
+			Offload:   g.cfg.TUN.Offload,
 			Logger:    g.log.Named("tun"),
 			// Capture routes behind a rule our marked sockets skip: direct
 			// dials and HBONE dials never loop into the TUN.
