@@ -97,6 +97,7 @@ func (c *srvConn) h2writeLoop() {
 	henc := hpack.NewEncoder(&hbuf)
 	var werr error
 	var batch []h2frame
+	corked := false
 	for {
 		c.mu.Lock()
 		batch, c.wq = c.wq, batch[:0]
@@ -110,6 +111,13 @@ func (c *srvConn) h2writeLoop() {
 				werr = bw.Flush()
 				c.h2writeFailed(werr)
 			}
+			if corked {
+				corked = false
+				if err := c.bc.uncork(); werr == nil && err != nil {
+					werr = err
+					c.h2writeFailed(werr)
+				}
+			}
 			if draining {
 				return
 			}
@@ -121,6 +129,11 @@ func (c *srvConn) h2writeLoop() {
 			case <-c.drain:
 			}
 			continue
+		}
+		if !corked && c.bc != nil {
+			// The records of this batch leave together at the flush.
+			corked = true
+			c.bc.cork()
 		}
 		for i := range batch {
 			f := &batch[i]

@@ -119,12 +119,13 @@ func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*poolNet
 	if err != nil {
 		return nil, fmt.Errorf("tcp (is HBONE port %d reachable?): %w", key.addr.Port(), err)
 	}
-	tc := tls.Client(raw, ClientConfig(p.opts.Certificate, p.opts.Roots, ids))
+	bc := newBatchConn(raw)
+	tc := tls.Client(bc, ClientConfig(p.opts.Certificate, p.opts.Roots, ids))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("tls: %w", err)
 	}
-	return newPoolNetConn(tc), nil
+	return newPoolNetConn(tc, bc), nil
 }
 
 // poolNetConn is the TLS connection under one HTTP/2 client connection.
@@ -136,6 +137,7 @@ func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*poolNet
 // processed every frame it holds, so by then the limit is in force.
 type poolNetConn struct {
 	*tls.Conn
+	bc *batchConn // under Conn: gathers the records of one Write
 
 	settingsApplied chan struct{}
 	settingsOnce    sync.Once
@@ -174,9 +176,10 @@ const poolMaxSettingsFrame = 16 << 10
 // stream ID (they are 31 bits).
 const noGoAway = math.MaxUint32
 
-func newPoolNetConn(tc *tls.Conn) *poolNetConn {
+func newPoolNetConn(tc *tls.Conn, bc *batchConn) *poolNetConn {
 	c := &poolNetConn{
 		Conn:            tc,
+		bc:              bc,
 		settingsApplied: make(chan struct{}),
 		peerMaxStreams:  -1,
 		readerDone:      make(chan struct{}),
@@ -207,10 +210,19 @@ func newPoolNetConn(tc *tls.Conn) *poolNetConn {
 
 // Write passes the transport's bytes to TLS, following frame boundaries,
 // and writes any RST_STREAM that resetStream queued as soon as a frame
-// ends.
-func (c *poolNetConn) Write(b []byte) (int, error) {
+// ends. The TLS records of one Write leave in one write(2) (or one per
+// batchWriteMax bytes).
+func (c *poolNetConn) Write(b []byte) (n int, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.bc != nil {
+		c.bc.cork()
+		defer func() {
+			if uerr := c.bc.uncork(); err == nil {
+				err = uerr
+			}
+		}()
+	}
 	if err := c.flushInjectLocked(); err != nil {
 		return 0, err
 	}

@@ -125,7 +125,7 @@ func TestPoolNetConnInjectsAtBoundary(t *testing.T) {
 			got = append(got, s)
 		}
 	}()
-	c := newPoolNetConn(cli)
+	c := newPoolNetConn(cli, nil)
 	// Write the stream in 7-byte chunks; after the chunk that starts the
 	// first DATA frame of stream 3, ask for a reset of stream 3.
 	dataAt := bytes.Index(stream, []byte{0, 0x0b, 0xb8, byte(http2.FrameData), 0, 0, 0, 0, 3})

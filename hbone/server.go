@@ -282,7 +282,7 @@ func (s *Server) ServeConn(c net.Conn) {
 
 func (s *Server) serveConn(raw net.Conn) {
 	log := s.log.With("peer", raw.RemoteAddr().String())
-	tc := tls.Server(raw, s.tlsConf)
+	tc := tls.Server(newBatchConn(raw), s.tlsConf)
 	sc := newSrvConn(s, tc, log)
 	if !s.track(sc) {
 		raw.Close()

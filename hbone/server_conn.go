@@ -24,6 +24,7 @@ import (
 type srvConn struct {
 	srv    *Server
 	raw    net.Conn
+	bc     *batchConn // raw, when it is one: the writer corks it per flush
 	tc     *tls.Conn
 	log    hclog.Logger
 	ctx    context.Context // cancelled when the connection ends
@@ -73,6 +74,7 @@ func newSrvConn(s *Server, tc *tls.Conn, log hclog.Logger) *srvConn {
 		peerInitWin:  h2defaultWindow,
 		peerMaxFrame: 16 << 10,
 	}
+	c.bc, _ = c.raw.(*batchConn)
 	c.sendCond.L = &c.mu
 	return c
 }
