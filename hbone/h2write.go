@@ -85,43 +85,69 @@ func (c *srvConn) controlBudgetLocked() error {
 	return nil
 }
 
-// h2writeLoop is the connection's only writer. It takes the whole queue
-// at once, writes it through a bufio.Writer and flushes when the queue is
-// empty. After a write error it keeps failing DATA frames until the
-// connection is torn down. It returns when draining and the queue is empty.
+// h2out is the connection's output: the bufio.Writer and Framer in front
+// of TLS and the HPACK encoder. One goroutine at a time uses it: the one
+// that set srvConn.writing (the writer loop, or a stream's Write taking
+// the direct path).
+type h2out struct {
+	bw     *bufio.Writer
+	fr     *http2.Framer
+	hbuf   bytes.Buffer
+	henc   *hpack.Encoder
+	werr   error // the first write error; every later frame fails with it
+	corked bool  // c.bc gathers records until the next flush
+}
+
+func (c *srvConn) initOut() {
+	o := &c.out
+	o.bw = bufio.NewWriterSize(c.tc, h2bufSize)
+	o.fr = http2.NewFramer(o.bw, nil)
+	o.henc = hpack.NewEncoder(&o.hbuf)
+}
+
+// h2writeLoop writes what is queued. It takes the whole queue at once,
+// writes it through a bufio.Writer and flushes when the queue is empty.
+// After a write error it keeps failing DATA frames until the connection
+// is torn down. It returns when draining and the queue is empty.
+//
+// It shares the output with ServerStream.Write's direct path: whoever
+// sets c.writing (under c.mu) owns c.out until it clears it, and the
+// direct path is taken only when the queue is empty and nobody writes,
+// so frames keep their order.
 func (c *srvConn) h2writeLoop() {
 	defer close(c.writerDone)
-	bw := bufio.NewWriterSize(c.tc, h2bufSize)
-	fr := http2.NewFramer(bw, nil)
-	var hbuf bytes.Buffer
-	henc := hpack.NewEncoder(&hbuf)
-	var werr error
 	var batch []h2frame
-	corked := false
+	holding := false // we set c.writing
 	for {
 		c.mu.Lock()
+		if c.writing && !holding {
+			// A direct write is in progress; it wakes us when it is done
+			// if anything was queued meanwhile or the connection drains.
+			c.mu.Unlock()
+			<-c.wake
+			continue
+		}
 		batch, c.wq = c.wq, batch[:0]
 		c.wqControl = 0
 		draining, closeWrite := c.draining, c.closeWhenFlushed
+		c.writing, holding = true, true
 		c.mu.Unlock()
 
 		if len(batch) == 0 {
-			if werr == nil && bw.Buffered() > 0 {
-				c.h2deadline()
-				werr = bw.Flush()
-				c.h2writeFailed(werr)
+			c.h2flush()
+			c.mu.Lock()
+			more := len(c.wq) > 0
+			if !more {
+				c.writing, holding = false, false
 			}
-			if corked {
-				corked = false
-				if err := c.bc.uncork(); werr == nil && err != nil {
-					werr = err
-					c.h2writeFailed(werr)
-				}
+			c.mu.Unlock()
+			if more {
+				continue
 			}
 			if draining {
 				return
 			}
-			if closeWrite && werr == nil {
+			if closeWrite && c.out.werr == nil {
 				c.h2closeWrite()
 			}
 			select {
@@ -130,28 +156,75 @@ func (c *srvConn) h2writeLoop() {
 			}
 			continue
 		}
-		if !corked && c.bc != nil {
-			// The records of this batch leave together at the flush.
-			corked = true
-			c.bc.cork()
-		}
 		for i := range batch {
 			f := &batch[i]
-			err := werr
-			if err == nil {
-				err = c.h2write(fr, henc, &hbuf, f)
-				if se, ok := err.(*h2streamErr); ok {
-					err = se.err // only this frame's stream is done
-				} else {
-					werr = err
-				}
-			}
+			err := c.h2writeFrame(f)
 			if f.done != nil {
 				f.done <- err
 			}
 			batch[i] = h2frame{} // drop the reference to the caller's buffer
 		}
 	}
+}
+
+// h2writeFrame writes f into c.out (not flushed) and returns f's result.
+// The caller owns c.out.
+func (c *srvConn) h2writeFrame(f *h2frame) error {
+	o := &c.out
+	if o.werr != nil {
+		return o.werr
+	}
+	if !o.corked && c.bc != nil {
+		// The records of what is written until the flush leave together.
+		o.corked = true
+		c.bc.cork()
+	}
+	err := c.h2write(o.fr, o.henc, &o.hbuf, f)
+	if se, ok := err.(*h2streamErr); ok {
+		return se.err // only this frame's stream is done
+	}
+	o.werr = err
+	return err
+}
+
+// h2flush sends what c.out holds. The caller owns c.out.
+func (c *srvConn) h2flush() error {
+	o := &c.out
+	if o.werr == nil && o.bw.Buffered() > 0 {
+		c.h2deadline()
+		o.werr = o.bw.Flush()
+		c.h2writeFailed(o.werr)
+	}
+	if o.corked {
+		o.corked = false
+		if err := c.bc.uncork(); o.werr == nil && err != nil {
+			o.werr = err
+			c.h2writeFailed(err)
+		}
+	}
+	return o.werr
+}
+
+// h2writeDirect writes and flushes f from the calling goroutine, which
+// set c.writing, then gives the output back and wakes the writer loop if
+// frames were queued meanwhile. It saves a hand-off to the writer and
+// back per DATA frame: on a 64 B request/response, two of the few
+// goroutine switches of a round trip.
+func (c *srvConn) h2writeDirect(f *h2frame) error {
+	err := c.h2writeFrame(f)
+	if ferr := c.h2flush(); err == nil {
+		err = ferr
+	}
+	c.mu.Lock()
+	c.writing = false
+	if len(c.wq) > 0 || c.draining {
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	c.mu.Unlock()
+	return err
 }
 
 // h2write writes one frame. A DATA frame of a stream the peer reset is

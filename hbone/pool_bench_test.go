@@ -1,8 +1,10 @@
 package hbone
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"io"
+	"net"
 	"sync"
 	"syscall"
 	"testing"
@@ -227,5 +229,58 @@ func BenchmarkBulk(b *testing.B) {
 	for _, dir := range []string{"up", "upfrom", "down"} {
 		b.Run(dir+"/1", func(b *testing.B) { benchBulk(b, 1, dir, nil) })
 		b.Run(dir+"/8", func(b *testing.B) { benchBulk(b, 8, dir, nil) })
+	}
+}
+
+// BenchmarkPingPongBaseline is BenchmarkPingPong's 64 B round trip over
+// plain loopback TCP and over mutual TLS alone (an echo goroutine, no
+// HTTP/2): what the HBONE layers add is the difference.
+func BenchmarkPingPongBaseline(b *testing.B) {
+	for _, name := range []string{"tcp", "tls"} {
+		b.Run(name, func(b *testing.B) {
+			e := newSrvTest(b, benchHandler, nil)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				if name == "tls" {
+					c = tls.Server(c, e.srv.tlsConf)
+				}
+				io.Copy(c, c)
+			}()
+			var c net.Conn
+			if c, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			if name == "tls" {
+				cert, err := e.ca.KeyPair(srvTestClientID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c = tls.Client(c, ClientConfig(cert, e.ca.Pool(), []string{srvTestServerID}))
+			}
+			msg, got := make([]byte, 64), make([]byte, 64)
+			b.ResetTimer()
+			cpu0, t0 := benchCPU(), time.Now()
+			for range b.N {
+				if _, err := c.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, got); err != nil {
+					b.Fatal(err)
+				}
+			}
+			elapsed, cpu := time.Since(t0), benchCPU()-cpu0
+			b.ReportMetric(float64(elapsed.Microseconds())/float64(b.N), "µs/rtt")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/rtt")
+		})
 	}
 }

@@ -54,6 +54,8 @@ type srvConn struct {
 	draining         bool
 	wq               []h2frame
 	wqControl        int
+	writing          bool  // c.out is in use (writer loop or a direct Write)
+	out              h2out // owned by whoever set writing
 }
 
 func newSrvConn(s *Server, tc *tls.Conn, log hclog.Logger) *srvConn {
@@ -127,6 +129,7 @@ func (c *srvConn) maybeIdleCloseLocked() {
 // serve runs the connection after the TLS handshake, until it ends.
 func (c *srvConn) serve() {
 	c.lastRead.Store(time.Now().UnixNano())
+	c.initOut()
 	go c.h2writeLoop()
 	c.wg.Add(1)
 	go c.keepalive()

@@ -143,6 +143,18 @@ func (s *ServerStream) Write(p []byte) (int, error) {
 		}
 		s.sendWin -= n
 		c.connSendWin -= n
+		if !c.writing && len(c.wq) == 0 && !c.closed {
+			// Nobody writes and nothing waits: write it ourselves.
+			c.writing = true
+			c.mu.Unlock()
+			f := h2frame{kind: h2Data, streamID: s.id, st: s, data: p[:n]}
+			if err := c.h2writeDirect(&f); err != nil {
+				return written, err
+			}
+			written += int(n)
+			p = p[n:]
+			continue
+		}
 		ok := c.queueLocked(h2frame{kind: h2Data, streamID: s.id, st: s, data: p[:n], done: s.wdone})
 		c.mu.Unlock()
 		if !ok {
