@@ -342,8 +342,7 @@ func (c *srvConn) onData(f *http2.DataFrame) error {
 	st.recvWin -= n
 	data := f.Data()
 	if len(data) > 0 {
-		st.buf = append(st.buf, bytes.Clone(data))
-		st.buffered += len(data)
+		st.buf.write(data)
 	}
 	if pad := n - int64(len(data)); pad > 0 {
 		st.creditLocked(pad)

@@ -35,20 +35,19 @@ type ServerStream struct {
 	wdone    chan error // the writer's answer to our one DATA frame in flight
 
 	// Guarded by c.mu.
-	decided    bool     // Accept or Reject was called (or the server answered)
-	buf        [][]byte // received DATA not yet read
-	buffered   int
-	recvWin    int64 // what the peer may still send on this stream
-	unacked    int64 // consumed, not yet credited back
-	sendWin    int64 // what we may still send
-	recvClosed bool  // END_STREAM or RST received, or we reset
-	sendClosed bool  // END_STREAM or RST sent, or RST received
-	reset      bool  // RST either way
-	noSend     bool  // peer reset or connection gone: queued DATA is dropped
-	forgotten  bool  // out of c.streams
-	closed     bool  // Close was called
-	rerr       error // Read's error once buf is empty (io.EOF after END_STREAM)
-	werr       error // Write's error
+	decided    bool       // Accept or Reject was called (or the server answered)
+	buf        srvRecvBuf // received DATA not yet read
+	recvWin    int64      // what the peer may still send on this stream
+	unacked    int64      // consumed, not yet credited back
+	sendWin    int64      // what we may still send
+	recvClosed bool       // END_STREAM or RST received, or we reset
+	sendClosed bool       // END_STREAM or RST sent, or RST received
+	reset      bool       // RST either way
+	noSend     bool       // peer reset or connection gone: queued DATA is dropped
+	forgotten  bool       // out of c.streams
+	closed     bool       // Close was called
+	rerr       error      // Read's error once buf is empty (io.EOF after END_STREAM)
+	werr       error      // Write's error
 }
 
 func newServerStream(c *srvConn, id uint32) *ServerStream {
@@ -77,27 +76,13 @@ func (s *ServerStream) Read(p []byte) (int, error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for s.buffered == 0 && s.rerr == nil {
+	for s.buf.n == 0 && s.rerr == nil {
 		s.readCond.Wait()
 	}
-	if s.buffered == 0 {
+	if s.buf.n == 0 {
 		return 0, s.rerr
 	}
-	n := 0
-	for n < len(p) && len(s.buf) > 0 {
-		m := copy(p[n:], s.buf[0])
-		n += m
-		if m == len(s.buf[0]) {
-			s.buf[0] = nil
-			s.buf = s.buf[1:]
-		} else {
-			s.buf[0] = s.buf[0][m:]
-		}
-	}
-	s.buffered -= n
-	if len(s.buf) == 0 {
-		s.buf = nil // let the backing array go
-	}
+	n := s.buf.read(p)
 	s.creditLocked(int64(n))
 	return n, nil
 }
@@ -242,8 +227,7 @@ func (s *ServerStream) Close() error {
 
 // discardLocked drops unread data and credits the connection for it.
 func (c *srvConn) discardLocked(s *ServerStream) {
-	n := s.buffered
-	s.buf, s.buffered = nil, 0
+	n := s.buf.reset()
 	if n > 0 {
 		c.creditConnLocked(int64(n))
 	}
