@@ -46,7 +46,29 @@ const (
 	// IPv4 total length is 16 bits, and larger ("BIG TCP") sizes break
 	// parsing (field-notes.md).
 	vnetGSOMaxSize = 1<<16 - 1
+	// gsoHeaderRoom is what gVisor keeps below GSOMaxSize for headers when
+	// it sizes a super-packet's payload (header.TCPTotalHeaderMaximumSize
+	// + 1), and gsoOptionRoom the IP and TCP overhead below the MTU that a
+	// connection's MSS can take at most (IPv6 40 + TCP 20 + 40 of options).
+	gsoHeaderRoom = 61
+	gsoOptionRoom = 100
 )
+
+// gsoMaxSize is GSOMaxSize for a device of this MTU. gVisor fills a
+// super-packet to GSOMaxSize-61 bytes of payload whatever the
+// connection's MSS. Where the MTU lets an MSS exceed half of that (local
+// clients of a large-MTU TUN), each super-packet would be one full segment
+// plus a small tail the kernel sends on its own: measured at MTU 65000,
+// bulk out of the stack fell from 5.3 to 3.0 Gbit/s. Capping the payload
+// just below the smallest such MSS keeps those at one segment per packet,
+// and clients with a small MSS (1460) still get 44 segments per write.
+func gsoMaxSize(mtu int) uint32 {
+	limit := vnetGSOMaxSize - gsoHeaderRoom
+	if payload := mtu - gsoOptionRoom; payload > limit/2 && payload < limit {
+		return uint32(payload + gsoHeaderRoom)
+	}
+	return vnetGSOMaxSize
+}
 
 // vnetLink is a gVisor link endpoint over a TUN opened with offload
 // (tun.Options.Offload): every packet is preceded by a virtio_net_hdr, and
@@ -110,7 +132,7 @@ func (l *vnetLink) SetLinkAddress(tcpip.LinkAddress)        {}
 func (l *vnetLink) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
 func (l *vnetLink) AddHeader(*stack.PacketBuffer)           {}
 func (l *vnetLink) ParseHeader(*stack.PacketBuffer) bool    { return true }
-func (l *vnetLink) GSOMaxSize() uint32                      { return vnetGSOMaxSize }
+func (l *vnetLink) GSOMaxSize() uint32                      { return gsoMaxSize(int(l.mtu.Load())) }
 func (l *vnetLink) SupportedGSO() stack.SupportedGSO        { return stack.HostGSOSupported }
 
 // Capabilities: RX checksum offload only (see the type's doc).
