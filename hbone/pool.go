@@ -21,6 +21,17 @@ package hbone
 //  5. A connection with no stream for IdleTimeout is closed.
 //  6. Every goroutine the pool starts (the reaper, one per dial) is counted
 //     in p.wg; Close cancels p.ctx, closes every connection and waits.
+//  7. Spreading, only with PoolOptions.ConnsPerKey > 1: while a key has
+//     fewer than ConnsPerKey live connections and every one of them
+//     carries a stream, a new flow waits for one more connection (dialled
+//     under invariant 4: one dial per key at a time, so at most
+//     ConnsPerKey-1 extra dials, one after the other) instead of sharing;
+//     and a flow takes the least-loaded connection with room. Caps
+//     (invariant 2) are unchanged. If such a dial fails, the flows that
+//     waited for it take slots on the existing connections, and the key
+//     does not spread again for poolSpreadRetry. With the default of 1,
+//     streams pack onto the first connection with room and a new
+//     connection is dialled only when all are full.
 
 import (
 	"context"
@@ -56,6 +67,15 @@ const (
 	// is dropped (hbone-wire.md, "HTTP/2 settings").
 	poolPingAfter   = 10 * time.Second
 	poolPingTimeout = 20 * time.Second
+
+	// poolSpreadRetry is how long a key whose extra (spreading) dial
+	// failed shares its connections instead (invariant 7): a peer that
+	// refuses more connections is not asked again on every flow.
+	poolSpreadRetry = 10 * time.Second
+	// MaxConnsPerKey bounds PoolOptions.ConnsPerKey: a few connections
+	// already use both of a small node's cores (field-notes.md: 8 streams
+	// over 8 connections 7.8–8.1 Gbit/s vs 5.3 over one).
+	MaxConnsPerKey = 8
 )
 
 // ErrPoolClosed is returned by Connect after Close.
@@ -72,6 +92,12 @@ type PoolOptions struct {
 	// cap is min(this, the peer's SETTINGS_MAX_CONCURRENT_STREAMS).
 	// Default DefaultMaxStreamsPerConn.
 	MaxStreamsPerConn int
+	// ConnsPerKey spreads flows of one key over up to this many
+	// connections while they are busy (invariant 7 at the top of pool.go):
+	// one connection's reader and writer goroutines bound its throughput,
+	// so concurrent bulk flows go faster on several. Default 1 (pack
+	// streams, ztunnel's behaviour); at most MaxConnsPerKey.
+	ConnsPerKey int
 	// IdleTimeout closes a connection that carried no stream this long.
 	// Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
@@ -129,8 +155,9 @@ type poolKey struct {
 
 // poolEntry is the state of one key: its connections and its dial.
 type poolEntry struct {
-	conns   []*poolConn
-	dialing *poolDial // nil when no dial runs (invariant 4)
+	conns       []*poolConn
+	dialing     *poolDial // nil when no dial runs (invariant 4)
+	spreadAfter time.Time // no spreading before this (invariant 7)
 }
 
 // poolDial is one dial in flight; done is closed when conn or err is set.
@@ -178,6 +205,12 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	}
 	if opts.MaxStreamsPerConn <= 0 {
 		opts.MaxStreamsPerConn = DefaultMaxStreamsPerConn
+	}
+	if opts.ConnsPerKey <= 0 {
+		opts.ConnsPerKey = 1
+	}
+	if opts.ConnsPerKey > MaxConnsPerKey {
+		return nil, fmt.Errorf("hbone: pool: ConnsPerKey %d is above %d", opts.ConnsPerKey, MaxConnsPerKey)
 	}
 	if opts.IdleTimeout <= 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
@@ -231,9 +264,12 @@ func (p *Pool) acquire(ctx context.Context, key poolKey, ids []string) (*poolCon
 			e = &poolEntry{}
 			p.keys[key] = e
 		}
-		if pc := p.takeSlotLocked(e); pc != nil {
-			p.mu.Unlock()
-			return pc, nil
+		spread := p.spreadLocked(e, time.Now())
+		if !spread {
+			if pc := p.takeSlotLocked(e); pc != nil {
+				p.mu.Unlock()
+				return pc, nil
+			}
 		}
 		d := e.dialing
 		if d == nil {
@@ -251,17 +287,48 @@ func (p *Pool) acquire(ctx context.Context, key poolKey, ids []string) (*poolCon
 			return nil, fmt.Errorf("hbone: connect %s: waiting for connection: %w", key.addr, ctx.Err())
 		}
 		if d.err != nil {
-			return nil, d.err
+			if !spread {
+				return nil, d.err
+			}
+			// An extra connection failed; share the existing ones.
+			p.mu.Lock()
+			e.spreadAfter = time.Now().Add(poolSpreadRetry)
+			p.mu.Unlock()
 		}
 		// The new connection is in e.conns now; loop to take a slot on it
 		// (or on any other), racing fairly with the other waiters.
 	}
 }
 
-// takeSlotLocked takes a stream slot on the first connection of e with
-// room, or returns nil.
-func (p *Pool) takeSlotLocked(e *poolEntry) *poolConn {
+// spreadLocked reports whether a new flow of e should wait for one more
+// connection rather than share (invariant 7).
+func (p *Pool) spreadLocked(e *poolEntry, now time.Time) bool {
+	if p.opts.ConnsPerKey <= 1 || now.Before(e.spreadAfter) {
+		return false
+	}
+	live := 0
 	for _, pc := range e.conns {
+		if pc.cc.Err() != nil {
+			continue
+		}
+		if pc.inflight == 0 {
+			return false // an idle connection is there to take
+		}
+		live++
+	}
+	return live > 0 && live < p.opts.ConnsPerKey
+}
+
+// takeSlotLocked takes a stream slot on a connection of e with room, or
+// returns nil: on the first one, or with spreading (invariant 7) on the
+// one carrying the fewest streams.
+func (p *Pool) takeSlotLocked(e *poolEntry) *poolConn {
+	conns := e.conns
+	if p.opts.ConnsPerKey > 1 {
+		conns = slices.Clone(conns)
+		slices.SortStableFunc(conns, func(a, b *poolConn) int { return a.inflight - b.inflight })
+	}
+	for _, pc := range conns {
 		if pc.inflight >= pc.maxStreams {
 			continue
 		}

@@ -229,6 +229,9 @@ func BenchmarkBulk(b *testing.B) {
 	for _, dir := range []string{"up", "upfrom", "down"} {
 		b.Run(dir+"/1", func(b *testing.B) { benchBulk(b, 1, dir, nil) })
 		b.Run(dir+"/8", func(b *testing.B) { benchBulk(b, 8, dir, nil) })
+		b.Run(dir+"/8/conns4", func(b *testing.B) {
+			benchBulk(b, 8, dir, func(o *PoolOptions) { o.ConnsPerKey = 4 })
+		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -417,4 +418,88 @@ func TestPoolRetriesUnprocessed(t *testing.T) {
 			t.Errorf("ConnsOpened %d, want 1 (no retry)", st.ConnsOpened)
 		}
 	})
+}
+
+// With ConnsPerKey, busy flows get their own connections up to the bound
+// (dialled one at a time), then share the least-loaded one.
+func TestPoolSpread(t *testing.T) {
+	tests := []struct {
+		name      string
+		conns     int
+		flows     int
+		parallel  bool
+		wantConns uint64
+		wantMax   int // most streams on one connection
+	}{
+		{"sequential flows spread evenly", 4, 8, false, 4, 2},
+		{"concurrent flows spread evenly", 4, 8, true, 4, 2},
+		{"fewer flows than the bound", 4, 3, false, 3, 1},
+		{"default packs onto one", 0, 8, true, 1, 8},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pki := newClientTestPKI(t)
+			h := newPoolHolder(t, tt.flows)
+			peer := newClientGoPeer(t, pki, 0, h.ServeHTTP)
+			pool := newClientTestPool(t, pki, func(o *PoolOptions) { o.ConnsPerKey = tt.conns })
+			req := clientTestRequest(peer.addr)
+			if tt.parallel {
+				poolConnectN(t, pool, req, tt.flows)
+			} else {
+				for range tt.flows {
+					poolConnectN(t, pool, req, 1)
+				}
+			}
+			if st := pool.Stats(); st.ConnsOpened != tt.wantConns || st.StreamsOpen != tt.flows {
+				t.Fatalf("stats = %+v, want %d connections carrying %d streams", st, tt.wantConns, tt.flows)
+			}
+			pool.mu.Lock()
+			defer pool.mu.Unlock()
+			for _, e := range pool.keys {
+				for _, pc := range e.conns {
+					if pc.inflight > tt.wantMax {
+						t.Errorf("a connection carries %d streams, want at most %d", pc.inflight, tt.wantMax)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A failed extra dial does not fail the flows that waited for it: they
+// share the connection that works, and the key stops spreading for a
+// while (one failed dial, not one per flow).
+func TestPoolSpreadDialFails(t *testing.T) {
+	pki := newClientTestPKI(t)
+	h := newPoolHolder(t, 8)
+	peer := newClientGoPeer(t, pki, 0, h.ServeHTTP)
+	var dials atomic.Int32
+	pool := newClientTestPool(t, pki, func(o *PoolOptions) {
+		o.ConnsPerKey = 4
+		o.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) > 1 {
+				return nil, errors.New("refused by the test")
+			}
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		}
+	})
+	req := clientTestRequest(peer.addr)
+	for range 8 {
+		poolConnectN(t, pool, req, 1)
+	}
+	if st := pool.Stats(); st.ConnsOpened != 1 || st.StreamsOpen != 8 {
+		t.Fatalf("stats = %+v, want 1 connection carrying 8 streams", st)
+	}
+	if n := dials.Load(); n != 2 {
+		t.Errorf("%d dials, want 2 (the first, one failed extra)", n)
+	}
+}
+
+func TestPoolConnsPerKeyBound(t *testing.T) {
+	pki := newClientTestPKI(t)
+	_, err := NewPool(PoolOptions{Certificate: pki.client, Roots: pki.ca.Pool(), ConnsPerKey: MaxConnsPerKey + 1})
+	if err == nil {
+		t.Fatal("NewPool accepted ConnsPerKey above MaxConnsPerKey")
+	}
 }
