@@ -3,6 +3,7 @@ package hbone
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"time"
 
@@ -96,6 +97,25 @@ type h2out struct {
 	henc   *hpack.Encoder
 	werr   error // the first write error; every later frame fails with it
 	corked bool  // c.bc gathers records until the next flush
+}
+
+// writeData writes a DATA frame straight into bw: the Framer would first
+// copy the whole payload (up to 1 MiB) into a buffer of its own, while
+// bw copies at most its free space and passes the rest through.
+func (o *h2out) writeData(streamID uint32, end bool, data []byte) error {
+	var hdr [frameHeaderLen]byte
+	n := len(data)
+	hdr[0], hdr[1], hdr[2] = byte(n>>16), byte(n>>8), byte(n)
+	hdr[3] = 0x0 // DATA
+	if end {
+		hdr[4] = 0x1 // END_STREAM
+	}
+	binary.BigEndian.PutUint32(hdr[5:], streamID&(1<<31-1))
+	if _, err := o.bw.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := o.bw.Write(data)
+	return err
 }
 
 func (c *srvConn) initOut() {
@@ -247,7 +267,7 @@ func (c *srvConn) h2write(fr *http2.Framer, henc *hpack.Encoder, hbuf *bytes.Buf
 	var err error
 	switch f.kind {
 	case h2Data:
-		err = fr.WriteData(f.streamID, f.end, f.data)
+		err = c.out.writeData(f.streamID, f.end, f.data)
 	case h2Headers:
 		hbuf.Reset()
 		henc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(f.status)})
