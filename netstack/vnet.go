@@ -367,6 +367,15 @@ func (l *vnetLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 func (l *vnetLink) writePacket(pkt *stack.PacketBuffer) tcpip.Error {
 	var hdr [tun.VnetHdrLen]byte
 	if gso := pkt.GSOOptions; gso.Type != stack.GSONone && gso.NeedsCsum {
+		if pkt.Data().Size() <= int(gso.MSS) {
+			// One segment: finish the checksum here and send it as a
+			// plain packet. The kernel copies a packet without a vnet
+			// header hint into one linear buffer; with NEEDS_CSUM it
+			// splits it into page fragments, which costs more than the
+			// checksum (measured at MTU 65000: ~1.6 against ~2.5 CPU-s/GiB).
+			finishChecksum(pkt)
+			return l.writev(hdr[:], pkt)
+		}
 		hdr[0] = vnetFNeedsCsum
 		binary.NativeEndian.PutUint16(hdr[6:], gso.L3HdrLen)   // csum_start
 		binary.NativeEndian.PutUint16(hdr[8:], gso.CsumOffset) // csum_offset
@@ -383,6 +392,23 @@ func (l *vnetLink) writePacket(pkt *stack.PacketBuffer) tcpip.Error {
 			binary.NativeEndian.PutUint16(hdr[4:], gso.MSS)                  // gso_size
 		}
 	}
+	return l.writev(hdr[:], pkt)
+}
+
+// finishChecksum turns the pseudo-header sum gVisor leaves in a GSO
+// packet's TCP checksum field into the full checksum.
+func finishChecksum(pkt *stack.PacketBuffer) {
+	th := pkt.TransportHeader().Slice()
+	if len(th) < header.TCPMinimumSize {
+		return
+	}
+	tcp := header.TCP(th)
+	sum := checksum.Combine(checksum.Checksum(th, 0), pkt.Data().Checksum())
+	tcp.SetChecksum(^sum)
+}
+
+// writev writes the vnet header and the packet with one system call.
+func (l *vnetLink) writev(hdr []byte, pkt *stack.PacketBuffer) tcpip.Error {
 	var iovArr [8]unix.Iovec
 	iov := append(iovArr[:0], unix.Iovec{Base: &hdr[0], Len: uint64(len(hdr))})
 	for _, s := range pkt.AsSlices() {
