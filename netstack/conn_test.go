@@ -105,6 +105,13 @@ func TestConnReset(t *testing.T) {
 					t.Errorf("Accept: %v", err)
 					return
 				}
+				// Reset only once the client is connected and has spoken:
+				// a RST racing the end of its connect() would fail the
+				// dial instead of the Read.
+				c.SetDeadline(time.Now().Add(ioTimeout))
+				if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+					t.Errorf("server read: %v", err)
+				}
 				if err := c.Reset(); err != nil {
 					t.Errorf("Reset: %v", err)
 				}
@@ -117,6 +124,9 @@ func TestConnReset(t *testing.T) {
 				t.Fatalf("dial: %v", err)
 			}
 			defer c.Close()
+			if _, err := c.Write([]byte("x")); err != nil {
+				t.Fatalf("client write: %v", err)
+			}
 			_, err = c.Read(make([]byte, 1))
 			if !errors.Is(err, syscall.ECONNRESET) {
 				t.Fatalf("client Read after Reset: %v; want ECONNRESET", err)
