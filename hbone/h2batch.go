@@ -36,10 +36,12 @@ type batchConn struct {
 }
 
 const (
-	// batchWriteMax bounds what a corked batchConn gathers before writing:
-	// 256 KiB is 16 records, a few loopback GSO segments, and one of the
-	// relay's copy buffers.
-	batchWriteMax = 256 << 10
+	// batchWriteMax bounds what a corked batchConn gathers before writing.
+	// 512 KiB takes a whole DATA frame of the client (the transport's
+	// frames are at most 512 KiB) or of the relay's 256 KiB copy buffer
+	// with its records' overhead, in one write(2); 256 KiB split each of
+	// those in two.
+	batchWriteMax = 512 << 10
 	// batchReadMax is the most one read(2) asks for when crypto/tls
 	// offers a small buffer.
 	batchReadMax = 256 << 10

@@ -38,7 +38,7 @@ func TestBatchConnWrite(t *testing.T) {
 		{"uncorked writes pass through", false, []int{100, 200, 300}, 3},
 		{"corked small writes leave as one", true, []int{100, 200, 300}, 1},
 		{"corked records of one large frame", true, []int{16 << 10, 16 << 10, 16 << 10, 5}, 1},
-		{"corked past the bound writes every batchWriteMax", true, []int{200 << 10, 100 << 10, 100 << 10}, 2},
+		{"corked past the bound writes every batchWriteMax", true, []int{batchWriteMax / 2, batchWriteMax / 4, batchWriteMax / 3}, 2},
 		{"a write of batchWriteMax alone passes through", true, []int{batchWriteMax, 10}, 2},
 	}
 	for _, tt := range tests {

@@ -211,13 +211,21 @@ func newPoolNetConn(tc *tls.Conn, bc *batchConn) *poolNetConn {
 // Write passes the transport's bytes to TLS, following frame boundaries,
 // and writes any RST_STREAM that resetStream queued as soon as a frame
 // ends. The TLS records of one Write leave in one write(2) (or one per
-// batchWriteMax bytes).
+// batchWriteMax bytes), and so do those of Writes that end mid-frame with
+// the Write that completes the frame.
 func (c *poolNetConn) Write(b []byte) (n int, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.bc != nil {
 		c.bc.cork()
 		defer func() {
+			// A Write that ends inside a frame is followed at once by the
+			// frame's rest: the transport's 4 KiB bufio.Writer passes a
+			// large frame as its first 4 KiB, then the remainder, in one
+			// call. Both leave in one write(2).
+			if err == nil && !c.out.atBoundary() {
+				return
+			}
 			if uerr := c.bc.uncork(); err == nil {
 				err = uerr
 			}
