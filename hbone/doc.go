@@ -28,6 +28,13 @@
 // with CANCEL; ClientStream.Reset therefore writes its RST_STREAM itself,
 // between two of the transport's frames (pool_frames.go).
 //
+// Throughput: both sides put a batchConn under crypto/tls (h2batch.go),
+// so the TLS records of one HTTP/2 flush leave in one write(2); the
+// server keeps received DATA in pooled chunks (server_recvbuf.go) and a
+// stream's Write writes its DATA itself when the connection's writer is
+// idle. PoolOptions.ConnsPerKey spreads busy flows over a few connections
+// (pool.go, invariant 7). Benchmarks: pool_bench_test.go.
+//
 // A Request exposes what the server logs: PeerIdentity, TraceID (from
 // traceparent) and ForwardedFor (from forwarded: for=).
 package hbone

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -286,4 +287,39 @@ func BenchmarkPingPongBaseline(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/rtt")
 		})
 	}
+}
+
+// BenchmarkIdleStreams opens b.N streams, proves each with one 64 B echo
+// and holds them: heap and stacks in use per idle stream, client and
+// server together (the bench's idle scenario weighs each gateway's RSS).
+func BenchmarkIdleStreams(b *testing.B) {
+	pool, req := benchEnv(b, func(o *PoolOptions) { o.MaxStreamsPerConn = 1000 })
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	msg := make([]byte, 64)
+	streams := make([]*ClientStream, 0, b.N)
+	defer func() {
+		for _, s := range streams {
+			s.Close()
+		}
+	}()
+	for range b.N {
+		s, err := pool.Connect(clientCtx(b), req(benchEcho))
+		if err != nil {
+			b.Fatal(err)
+		}
+		streams = append(streams, s)
+		if _, err := s.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(s, msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / 1024 / float64(len(streams)) }
+	b.ReportMetric(per(after.HeapInuse, before.HeapInuse), "heap-KiB/stream")
+	b.ReportMetric(per(after.StackInuse, before.StackInuse), "stack-KiB/stream")
 }
