@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -369,6 +370,23 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if _, err := xfer.Run(c, 1<<20, 1<<20); err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("admin serves pprof on localhost", func(t *testing.T) {
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return e.topo.A.Dial(ctx, network, addr)
+			},
+		}}
+		resp, err := client.Get("http://127.0.0.1:15000/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile") {
+			t.Fatalf("admin pprof: %s: %.200s", resp.Status, body)
 		}
 	})
 
