@@ -187,3 +187,102 @@ func FuzzPoolFrameWalker(f *testing.F) {
 		}
 	})
 }
+
+// The peer's first SETTINGS reach the transport whole, however TLS splits
+// them, with SETTINGS_MAX_FRAME_SIZE lowered to poolSendFrameMax (never
+// raised), the stream limit learned, and the bytes after them intact.
+func TestPoolNetConnFirstSettings(t *testing.T) {
+	tests := []struct {
+		name          string
+		maxFrame      uint32
+		wantMaxFrame  uint32
+		chunk, readSz int // the peer's write size, the transport's read size
+	}{
+		{"1 MiB lowered, one write", 1 << 20, poolSendFrameMax, 1 << 10, 4 << 10},
+		{"1 MiB lowered, byte by byte", 1 << 20, poolSendFrameMax, 1, 4 << 10},
+		{"small reads", 1 << 20, poolSendFrameMax, 5, 3},
+		{"16 KiB kept", 16 << 10, 16 << 10, 7, 4 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pki := newClientTestPKI(t)
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			srv := tls.Server(b, ServerConfig(pki.server, pki.ca.Pool(), clientTestDomain))
+			cli := tls.Client(a, ClientConfig(pki.client, pki.ca.Pool(), []string{clientTestServerID}))
+			ctx := clientCtx(t)
+			hs := make(chan error, 1)
+			go func() { hs <- srv.HandshakeContext(ctx) }()
+			if err := cli.HandshakeContext(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := clientRecv(t, hs, "the server handshake"); err != nil {
+				t.Fatal(err)
+			}
+			var wire bytes.Buffer
+			fr := http2.NewFramer(&wire, nil)
+			fr.WriteSettings(
+				http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 7},
+				http2.Setting{ID: http2.SettingMaxFrameSize, Val: tt.maxFrame},
+				http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20},
+			)
+			fr.WritePing(false, [8]byte{1, 2, 3, 4, 5, 6, 7, 8})
+			sent := wire.Bytes()
+			go func() {
+				for p := sent; len(p) > 0; p = p[min(len(p), tt.chunk):] {
+					if _, err := srv.Write(p[:min(len(p), tt.chunk)]); err != nil {
+						return
+					}
+				}
+			}()
+			c := newPoolNetConn(cli, nil)
+			var got []byte
+			buf := make([]byte, tt.readSz)
+			for i := 0; len(got) < len(sent); i++ {
+				if i > len(sent) {
+					t.Fatal("reads make no progress")
+				}
+				select {
+				case <-c.settingsApplied:
+					if len(got) < frameHeaderLen+18 {
+						t.Fatalf("settings applied after %d bytes, before the SETTINGS frame was passed on", len(got))
+					}
+				default:
+				}
+				n, err := c.Read(buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, buf[:n]...)
+			}
+			rd := http2.NewFramer(nil, bytes.NewReader(got))
+			f, err := rd.ReadFrame()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sf, ok := f.(*http2.SettingsFrame)
+			if !ok {
+				t.Fatalf("first frame %v, want SETTINGS", f.Header())
+			}
+			if v, _ := sf.Value(http2.SettingMaxFrameSize); v != tt.wantMaxFrame {
+				t.Errorf("MAX_FRAME_SIZE passed on = %d, want %d", v, tt.wantMaxFrame)
+			}
+			if v, _ := sf.Value(http2.SettingMaxConcurrentStreams); v != 7 {
+				t.Errorf("MAX_CONCURRENT_STREAMS passed on = %d, want 7", v)
+			}
+			if v, _ := sf.Value(http2.SettingInitialWindowSize); v != 1<<20 {
+				t.Errorf("INITIAL_WINDOW_SIZE passed on = %d, want 1 MiB", v)
+			}
+			if f, err := rd.ReadFrame(); err != nil || f.(*http2.PingFrame).Data != [8]byte{1, 2, 3, 4, 5, 6, 7, 8} {
+				t.Errorf("frame after SETTINGS: %v, %v; want the PING intact", f, err)
+			}
+			if c.peerMaxStreams != 7 {
+				t.Errorf("peer stream limit %d, want 7", c.peerMaxStreams)
+			}
+			if c.held != nil {
+				t.Errorf("%d bytes still held", len(c.held))
+			}
+		})
+	}
+}
