@@ -37,10 +37,9 @@ type batchConn struct {
 
 const (
 	// batchWriteMax bounds what a corked batchConn gathers before writing.
-	// 512 KiB takes a whole DATA frame of the client (the transport's
-	// frames are at most 512 KiB) or of the relay's 256 KiB copy buffer
-	// with its records' overhead, in one write(2); 256 KiB split each of
-	// those in two.
+	// 512 KiB takes one of the relay's 256 KiB copy buffers with its
+	// records' overhead (256 KiB split it in two), and half of the
+	// server's largest DATA frame, in one write(2).
 	batchWriteMax = 512 << 10
 	// batchReadMax is the most one read(2) asks for when crypto/tls
 	// offers a small buffer.

@@ -143,9 +143,11 @@ func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*poolNet
 // It watches the first frame the peer sends, which RFC 9113 §3.4 requires
 // to be SETTINGS, to learn SETTINGS_MAX_CONCURRENT_STREAMS: net/http's
 // ClientConn does not say when the peer's limit is known, and before that
-// it assumes 100. settingsApplied is closed on the Read after the one that
-// completed the frame: the HTTP/2 reader only reads again once it has
-// processed every frame it holds, so by then the limit is in force.
+// it assumes 100. It also lowers the frame's SETTINGS_MAX_FRAME_SIZE to
+// poolSendFrameMax before the transport sees it. settingsApplied is
+// closed on the Read after the one that passed the frame's last byte on:
+// the HTTP/2 reader only reads again once it has processed every frame it
+// holds, so by then the limit is in force.
 type poolNetConn struct {
 	*tls.Conn
 	bc *batchConn // under Conn: gathers the records of one Write
