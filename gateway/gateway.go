@@ -43,7 +43,7 @@ type Gateway struct {
 	server   *hbone.Server
 	ready    atomic.Bool
 	draining atomic.Bool
-	flows    sync.WaitGroup
+	flows    flowSet
 
 	// endpointTurn holds one round-robin counter per service, by
 	// "namespace/name"; filled by New, read-only afterwards.
@@ -134,7 +134,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		}
 		routines.Wait()
 	}()
-	closers = append(closers, g.flows.Wait)
+	closers = append(closers, g.flows.wait)
 	g.loadOwnAddrs()
 
 	pool, err := hbone.NewPool(hbone.PoolOptions{
@@ -261,10 +261,8 @@ func (g *Gateway) drain() {
 			g.log.Warn("hbone shutdown", "error", err)
 		}
 	}
-	done := make(chan struct{})
-	go func() { g.flows.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-g.flows.idleCh():
 		g.log.Info("drained")
 	case <-ctx.Done():
 		g.log.Warn("drain timeout: closing the flows still open")

@@ -14,8 +14,8 @@ import (
 // parsed: check the target, authorize the connection, dial the target,
 // answer 200 only once the dial succeeded, then relay.
 func (g *Gateway) handleInbound(r *hbone.Request) {
-	g.flows.Add(1)
-	defer g.flows.Done()
+	g.flows.begin()
+	defer g.flows.end()
 	target := r.Target()
 	fl := &flowLog{direction: inbound, srcIdentity: r.PeerIdentity(), dst: target, dstIdentity: g.identity, start: time.Now()}
 	fl.src = inboundSource(r)

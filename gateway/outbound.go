@@ -23,8 +23,8 @@ func (g *Gateway) handleOutbound(r *netstack.Request) {
 		r.Reject()
 		return
 	}
-	g.flows.Add(1)
-	defer g.flows.Done()
+	g.flows.begin()
+	defer g.flows.end()
 
 	plan := g.router.Route(r.Dst(), g.pickEndpoint)
 	fl := &flowLog{direction: outbound, src: r.Src(), srcIdentity: g.identity, dst: r.Dst(), start: time.Now()}
