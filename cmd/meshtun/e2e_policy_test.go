@@ -184,28 +184,7 @@ func setupPolicyE2E(t *testing.T) *policyE2E {
 	}
 
 	e := &policyE2E{topo: tp}
-	for _, n := range []*topo.Node{tp.B, tp.A} {
-		g, err := n.StartGateway(bin, filepath.Join(dir, n.Name+".toml"), testLogWriter{t})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := g.Stop(15 * time.Second); err != nil {
-				t.Errorf("gateway %s: %v", n.Name, err)
-			}
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = g.WaitReady(ctx, "127.0.0.1:15021")
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == tp.A {
-			e.gwA = g
-		} else {
-			e.gwB = g
-		}
-	}
+	e.gwA, e.gwB = startGateways(t, tp, bin, dir)
 	return e
 }
 

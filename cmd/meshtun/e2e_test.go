@@ -114,9 +114,17 @@ func setupE2E(t *testing.T) *e2e {
 	}
 	e := &e2e{topo: tp, dir: dir, served: map[string]*countingListener{}}
 
-	logw := testLogWriter{t}
+	e.gwA, e.gwB = startGateways(t, tp, bin, dir)
+	return e
+}
+
+// startGateways runs a gateway in each node from <dir>/<node>.toml (node B
+// first, so A's first flows find it), waits until both are ready, and stops
+// them at cleanup, failing the test if either does not exit cleanly.
+func startGateways(t *testing.T, tp *topo.Topology, bin, dir string) (a, b *topo.Gateway) {
+	t.Helper()
 	for _, n := range []*topo.Node{tp.B, tp.A} {
-		g, err := n.StartGateway(bin, filepath.Join(dir, n.Name+".toml"), logw)
+		g, err := n.StartGateway(bin, filepath.Join(dir, n.Name+".toml"), testLogWriter{t})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,12 +140,12 @@ func setupE2E(t *testing.T) *e2e {
 			t.Fatal(err)
 		}
 		if n == tp.A {
-			e.gwA = g
+			a = g
 		} else {
-			e.gwB = g
+			b = g
 		}
 	}
-	return e
+	return a, b
 }
 
 // serve starts an xfer server in node B on addr, closed at cleanup.
