@@ -5,9 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -126,42 +123,11 @@ type policyE2E struct {
 
 func setupPolicyE2E(t *testing.T) *policyE2E {
 	t.Helper()
-	if err := topo.Available(); err != nil {
-		t.Skipf("end-to-end test needs namespaces: %v", err)
-	}
-	dir := t.TempDir()
-	bin := buildMeshtun(t, dir)
-	if out, err := exec.Command(bin, "certs", "--out", dir, "node-a", "node-b").CombinedOutput(); err != nil {
-		t.Fatalf("meshtun certs: %v\n%s", err, out)
-	}
-	for _, n := range []string{"node-a", "node-b"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "examples", "two-nodes", n+".toml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := string(b)
+	bin, dir, tp := twoNodes(t, "mtpol", func(n, s string) string {
 		if n == "node-a" {
-			s = strings.Replace(s, `routes = [`, `routes = ["10.96.0.0/16", `, 1) + policyNodeAExtra
-		} else {
-			s += policyNodeBExtra
+			return strings.Replace(s, `routes = [`, `routes = ["10.96.0.0/16", `, 1) + policyNodeAExtra
 		}
-		path := filepath.Join(dir, n+".toml")
-		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := exec.Command(bin, "validate", "--config", path).CombinedOutput(); err != nil {
-			t.Fatalf("meshtun validate %s: %v\n%s", n, err, out)
-		}
-	}
-
-	tp, err := topo.New("mtpol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tp.Close(); err != nil {
-			t.Errorf("remove topology: %v", err)
-		}
+		return s + policyNodeBExtra
 	})
 	for _, c := range [][]string{
 		{"addr", "add", policyEndpoint2 + "/32", "dev", "lo"},

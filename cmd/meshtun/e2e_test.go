@@ -67,40 +67,35 @@ const (
 	impostorTarget = "10.244.3.5"
 )
 
-func setupE2E(t *testing.T) *e2e {
+// twoNodes prepares what both namespace tests need: the binary, the
+// certificates made by `meshtun certs`, the example configs as edited by
+// edit (called with the node name and the file's text), each checked by
+// `meshtun validate`, and a fresh topology removed at cleanup. It skips
+// without root or namespaces.
+func twoNodes(t *testing.T, prefix string, edit func(node, cfg string) string) (bin, dir string, tp *topo.Topology) {
 	t.Helper()
 	if err := topo.Available(); err != nil {
 		t.Skipf("end-to-end test needs namespaces: %v", err)
 	}
-	dir := t.TempDir()
-	bin := buildMeshtun(t, dir)
-
-	// Certificates, made by the command users run.
+	dir = t.TempDir()
+	bin = buildMeshtun(t, dir)
 	if out, err := exec.Command(bin, "certs", "--out", dir, "node-a", "node-b").CombinedOutput(); err != nil {
 		t.Fatalf("meshtun certs: %v\n%s", err, out)
 	}
-	// The example configs, plus the impostor route on node A.
 	for _, n := range []string{"node-a", "node-b"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "examples", "two-nodes", n+".toml"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := string(b)
-		if n == "node-a" {
-			s = strings.Replace(s, `routes = [`, `routes = ["`+impostorCIDR+`", `, 1)
-			s += fmt.Sprintf("\n[[peers]]\nname = \"impostor\"\ncidrs = [%q]\naddress = \"192.0.2.2:15008\"\nidentity = \"spiffe://cluster.local/ns/meshtun/sa/not-node-b\"\n", impostorCIDR)
-		} else {
-			s = strings.Replace(s, `serve = [`, `serve = ["`+impostorCIDR+`", `, 1)
-		}
-		if err := os.WriteFile(filepath.Join(dir, n+".toml"), []byte(s), 0o644); err != nil {
+		path := filepath.Join(dir, n+".toml")
+		if err := os.WriteFile(path, []byte(edit(n, string(b))), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		if out, err := exec.Command(bin, "validate", "--config", path).CombinedOutput(); err != nil {
+			t.Fatalf("meshtun validate %s: %v\n%s", n, err, out)
+		}
 	}
-	if out, err := exec.Command(bin, "validate", "--config", filepath.Join(dir, "node-a.toml")).CombinedOutput(); err != nil {
-		t.Fatalf("meshtun validate node-a.toml: %v\n%s", err, out)
-	}
-
-	tp, err := topo.New("mte2e")
+	tp, err := topo.New(prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +103,19 @@ func setupE2E(t *testing.T) *e2e {
 		if err := tp.Close(); err != nil {
 			t.Errorf("remove topology: %v", err)
 		}
+	})
+	return bin, dir, tp
+}
+
+func setupE2E(t *testing.T) *e2e {
+	t.Helper()
+	// The example configs, plus the impostor route on node A.
+	bin, dir, tp := twoNodes(t, "mte2e", func(n, s string) string {
+		if n == "node-a" {
+			s = strings.Replace(s, `routes = [`, `routes = ["`+impostorCIDR+`", `, 1)
+			return s + fmt.Sprintf("\n[[peers]]\nname = \"impostor\"\ncidrs = [%q]\naddress = \"192.0.2.2:15008\"\nidentity = \"spiffe://cluster.local/ns/meshtun/sa/not-node-b\"\n", impostorCIDR)
+		}
+		return strings.Replace(s, `serve = [`, `serve = ["`+impostorCIDR+`", `, 1)
 	})
 	if err := tp.B.IP("addr", "add", impostorTarget+"/32", "dev", "lo"); err != nil {
 		t.Fatal(err)
