@@ -156,21 +156,13 @@ func serveBulk(c net.Conn) error {
 	size := int64(binary.BigEndian.Uint64(hdr[1:]))
 	switch hdr[0] {
 	case 'U':
-		buf := make([]byte, bufSize)
-		var n int64
-		for {
-			k, err := c.Read(buf)
-			n += int64(k)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
+		n, err := readToEOF(c)
+		if err != nil {
+			return err
 		}
 		var out [8]byte
 		binary.BigEndian.PutUint64(out[:], uint64(n))
-		_, err := c.Write(out[:])
+		_, err = c.Write(out[:])
 		return err
 	case 'D':
 		_, err := writeN(c, size)
@@ -239,17 +231,9 @@ func bulk(c net.Conn, op byte, size int64) error {
 			return fmt.Errorf("bench: server received %d bytes of %d", got, size)
 		}
 	case 'D':
-		buf := make([]byte, bufSize)
-		var n int64
-		for {
-			k, err := c.Read(buf)
-			n += int64(k)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("bench: download after %d of %d bytes: %w", n, size, err)
-			}
+		n, err := readToEOF(c)
+		if err != nil {
+			return fmt.Errorf("bench: download after %d of %d bytes: %w", n, size, err)
 		}
 		if n != size {
 			return fmt.Errorf("bench: downloaded %d bytes of %d", n, size)
@@ -302,4 +286,22 @@ func pingPong(c net.Conn, warmup, n int) ([]time.Duration, error) {
 		rtts[i] = time.Since(start)
 	}
 	return rtts, nil
+}
+
+// readToEOF reads and discards c's bytes until EOF, in bufSize reads (the
+// load generator's read size is part of what the bench measures, so not
+// io.Discard's 8 KiB), and returns how many there were.
+func readToEOF(c net.Conn) (int64, error) {
+	buf := make([]byte, bufSize)
+	var n int64
+	for {
+		k, err := c.Read(buf)
+		n += int64(k)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }
