@@ -147,7 +147,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		// Marked so that a peer's HBONE address inside a captured range
 		// (ztunnel's convention is <workload ip>:15008) is reached over
 		// the main table, not through our own TUN (tun/bypass.go).
-		Dial: (&net.Dialer{Control: tun.BypassControl}).DialContext,
+		Control: tun.BypassControl,
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)

@@ -45,6 +45,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -106,8 +107,14 @@ type PoolOptions struct {
 	ConnectTimeout time.Duration
 	// Logger receives the pool's logs (named "pool"). Default: none.
 	Logger hclog.Logger
+	// Control, if set, is called on each peer socket before it connects
+	// (net.Dialer.Control): the gateway marks its sockets with it so they
+	// are not routed into its own TUN.
+	Control func(network, address string, c syscall.RawConn) error
+
 	// Dial, if set, replaces net.Dialer.DialContext for the TCP connection
-	// (tests). ConnectRequest.SourceIP is then not bound by the pool.
+	// (tests). ConnectRequest.SourceIP and Control are then not applied by
+	// the pool.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// pingAfter and pingTimeout override poolPingAfter and poolPingTimeout

@@ -121,7 +121,7 @@ func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*poolNet
 	if p.opts.Dial != nil {
 		raw, err = p.opts.Dial(ctx, "tcp", addr)
 	} else {
-		var d net.Dialer
+		d := net.Dialer{Control: p.opts.Control}
 		if key.srcIP.IsValid() {
 			d.LocalAddr = &net.TCPAddr{IP: key.srcIP.AsSlice(), Zone: key.srcIP.Zone()}
 		}
