@@ -27,6 +27,10 @@ type Config struct {
 	MSS       int      // the clamped client MSS of bulk1-mss
 	Out       string   // directory for the JSON result; "" writes none
 	Keep      bool     // keep the temp dir (configs, certificates, gateway logs)
+	// Profile, when set, is a directory for CPU profiles of both gateways,
+	// ProfileSeconds long, taken during every measurement on the pair.
+	Profile        string
+	ProfileSeconds int
 }
 
 // DefaultConfig is the full bench (`make bench`).
@@ -45,6 +49,8 @@ func DefaultConfig() Config {
 		Workers: 16,
 		MSS:     1460,
 		Out:     "bench/results",
+
+		ProfileSeconds: 5,
 	}
 }
 
@@ -61,6 +67,9 @@ func (c Config) check() error {
 	}
 	if max := ManyPrefix.Bits(); c.IPs > len(manyAddrs(1<<(32-max))) {
 		errs = append(errs, fmt.Errorf("ips must be ≤ %d (the addresses of %s)", len(manyAddrs(1<<(32-max))), ManyPrefix))
+	}
+	if c.Profile != "" && c.ProfileSeconds < 1 {
+		errs = append(errs, errors.New("profile-seconds must be ≥ 1"))
 	}
 	if c.MSS < 536 || c.MSS > 65495 {
 		errs = append(errs, errors.New("mss must be in 536..65495"))
@@ -179,6 +188,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	rep := &Report{Started: time.Now(), Config: cfg.summary(), Skipped: map[string]string{}, Errors: map[string]string{}}
 	fmt.Fprintf(out, "meshtun bench: %s; %d run(s) per figure and path; bulk %s, %d conns, %d IPs, %d idle flows, %d rr\n",
 		strings.Join(names, ", "), cfg.Runs, formatSize(cfg.Bulk), cfg.Conns, cfg.IPs, cfg.Idle, cfg.RR)
+	if cfg.Profile != "" {
+		if err := os.MkdirAll(cfg.Profile, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
 	e, err := setup(ctx, cfg, out)
 	if err != nil {
 		return nil, err
@@ -193,6 +207,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			continue
 		}
 		sc, _ := scenarioByName(name)
+		e.scenario = sc.Name
 		fmt.Fprintf(out, "\n== %s: %s\n", sc.Name, sc.About)
 		figs, err := sc.run(ctx, e)
 		var skip errSkip

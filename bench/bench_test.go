@@ -2,8 +2,10 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -165,4 +167,55 @@ func newNames(before, after map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// TestBenchProfile checks -profile: one CPU profile per gateway per pair
+// measurement, each a gzip-compressed pprof protobuf.
+func TestBenchProfile(t *testing.T) {
+	if err := topo.Available(); err != nil {
+		t.Skipf("the bench needs namespaces: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "meshtun")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/meshtun").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg := DefaultConfig()
+	cfg.Bin = bin
+	cfg.Examples = filepath.Join("..", "examples", "two-nodes")
+	cfg.Scenarios = []string{"conn1ip"}
+	cfg.Runs = 1
+	cfg.Conns = 50
+	cfg.Workers = 2
+	cfg.Out = ""
+	cfg.Profile = filepath.Join(dir, "profiles")
+	cfg.ProfileSeconds = 1
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	_, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"node-a", "node-b"} {
+		file := filepath.Join(cfg.Profile, "conn1ip-1-"+node+".pprof")
+		f, err := os.Open(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: not gzip: %v", file, err)
+		}
+		n, err := io.Copy(io.Discard, zr)
+		f.Close()
+		if err != nil || n == 0 {
+			t.Fatalf("%s: %d bytes of profile, %v", file, n, err)
+		}
+	}
+	if !strings.Contains(out.String(), "profile: ") {
+		t.Errorf("the progress does not name the profiles:\n%s", out.String())
+	}
 }

@@ -53,6 +53,9 @@ type env struct {
 	pair   *path
 	kernel *path
 	out    io.Writer
+
+	scenario   string // the scenario running (names profiles)
+	profileSeq int    // profiles taken so far
 }
 
 // setup builds both paths: two topologies side by side (so that the

@@ -88,10 +88,19 @@ func (p *path) measure(fn func() (value, work float64, err error)) (Sample, erro
 	if err != nil {
 		return Sample{}, err
 	}
+	var profiled func() error
+	if p == p.e.pair && p.e.cfg.Profile != "" {
+		profiled = p.profileGateways(context.Background())
+	}
 	start := time.Now()
 	v, w, err := fn()
 	el := time.Since(start)
 	after, cerr := p.cpu()
+	if profiled != nil {
+		if perr := profiled(); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if err != nil {
 		return Sample{}, err
 	}

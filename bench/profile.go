@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/meshtun/meshtun/internal/topo"
+)
+
+// adminAddr is the gateways' admin listener in examples/two-nodes (pprof
+// under /debug/pprof/).
+const adminAddr = "127.0.0.1:15000"
+
+// profileGateways starts a CPU profile of both gateways of p for
+// cfg.ProfileSeconds, written to cfg.Profile as
+// <scenario>-<n>-<node>.pprof; the returned wait blocks until both are
+// written and reports the first error. A measurement shorter than the
+// profile leaves idle time in it (percentages of the busy part are what
+// matter; raise -bulk to fill it).
+func (p *path) profileGateways(ctx context.Context) (wait func() error) {
+	e := p.e
+	e.profileSeq++
+	secs := e.cfg.ProfileSeconds
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs error
+	)
+	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
+		file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s.pprof", e.scenario, e.profileSeq, n.Name))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fetchProfile(ctx, n, secs, file); err != nil {
+				mu.Lock()
+				if errs == nil {
+					errs = err
+				}
+				mu.Unlock()
+				return
+			}
+			fmt.Fprintf(e.out, "   profile: %s\n", file)
+		}()
+	}
+	return func() error { wg.Wait(); return errs }
+}
+
+// fetchProfile GETs /debug/pprof/profile from node n's gateway into file.
+func fetchProfile(ctx context.Context, n *topo.Node, secs int, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return n.Dial(ctx, network, addr)
+		},
+	}}
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, secs)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile of %s: %w", n.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile of %s: %s", n.Name, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile of %s: %w", n.Name, err)
+	}
+	return f.Close()
+}
