@@ -67,9 +67,13 @@ type HBONE struct {
 	Listen            string         // listen: inbound host:port; "" turns inbound off
 	Serve             []netip.Prefix // serve: destinations inbound streams may reach
 	MaxStreamsPerConn int            // max_streams_per_conn
+	ConnsPerPeer      int            // conns_per_peer: connections busy flows of one pool key spread over (1..MaxConnsPerPeer)
 	IdleTimeout       Duration       // idle_timeout: idle pooled connections are closed
 	ConnectTimeout    Duration       // connect_timeout: dialling a peer or a target
 }
+
+// MaxConnsPerPeer bounds hbone.conns_per_peer (hbone.MaxConnsPerKey).
+const MaxConnsPerPeer = 8
 
 // Admin is the [admin] table. An empty address turns that listener off.
 type Admin struct {

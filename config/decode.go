@@ -126,6 +126,7 @@ func (d *decoder) config(t *table, c *Config) {
 	h.str("listen", &c.HBONE.Listen)
 	list(h, "serve", &c.HBONE.Serve, d.prefix)
 	h.integer("max_streams_per_conn", &c.HBONE.MaxStreamsPerConn)
+	h.integer("conns_per_peer", &c.HBONE.ConnsPerPeer)
 	h.duration("idle_timeout", &c.HBONE.IdleTimeout)
 	h.duration("connect_timeout", &c.HBONE.ConnectTimeout)
 	h.finish()

@@ -51,6 +51,11 @@ func Default() *Config {
 			// Istio's default; above it a new connection spreads the load
 			// and bounds what one lost connection takes down.
 			MaxStreamsPerConn: 100,
+			// One connection per pool key until it is full, as ztunnel
+			// does and hbone-wire.md's pooling rules describe; more
+			// spreads concurrent bulk flows over that many connections
+			// (and their goroutines) on machines with cores to spare.
+			ConnsPerPeer: 1,
 			// Keeps warm connections across bursts without holding idle
 			// sockets to departed peers for long.
 			IdleTimeout: Duration{5 * time.Minute},

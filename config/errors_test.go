@@ -173,6 +173,8 @@ func TestRanges(t *testing.T) {
 		{"mtu too small", base + "[tun]\nmtu = 575\n", `gateway.toml: tun.mtu: 575 is out of range (576..65535)`},
 		{"mtu too large", base + "[tun]\nmtu = 65536\n", `gateway.toml: tun.mtu: 65536 is out of range (576..65535)`},
 		{"max_in_flight", base + "[netstack]\nmax_in_flight = 0\n", `gateway.toml: netstack.max_in_flight: must be at least 1 (got 0)`},
+		{"conns_per_peer zero", base + "[hbone]\nconns_per_peer = 0\n", `gateway.toml: hbone.conns_per_peer: 0 is out of range (1..8)`},
+		{"conns_per_peer large", base + "[hbone]\nconns_per_peer = 9\n", `gateway.toml: hbone.conns_per_peer: 9 is out of range (1..8)`},
 		{"max_streams", base + "[hbone]\nmax_streams_per_conn = -1\n", `gateway.toml: hbone.max_streams_per_conn: must be at least 1 (got -1)`},
 		{"negative drain", base + "[gateway]\ndrain_timeout = \"-1s\"\n", `gateway.toml: gateway.drain_timeout: must not be negative (got -1s)`},
 		{"zero connect timeout", base + "[hbone]\nconnect_timeout = \"0s\"\n", `gateway.toml: hbone.connect_timeout: must be positive (got 0s)`},

@@ -94,6 +94,9 @@ func (c *Config) checkTUN(p *problems) {
 	if h.MaxStreamsPerConn < 1 {
 		p.add("hbone.max_streams_per_conn", "must be at least 1 (got %d)", h.MaxStreamsPerConn)
 	}
+	if h.ConnsPerPeer < 1 || h.ConnsPerPeer > MaxConnsPerPeer {
+		p.add("hbone.conns_per_peer", "%d is out of range (1..%d)", h.ConnsPerPeer, MaxConnsPerPeer)
+	}
 	positive(p, "hbone.idle_timeout", h.IdleTimeout)
 	positive(p, "hbone.connect_timeout", h.ConnectTimeout)
 }

@@ -141,6 +141,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		Certificate:       g.cert,
 		Roots:             g.roots,
 		MaxStreamsPerConn: g.cfg.HBONE.MaxStreamsPerConn,
+		ConnsPerKey:       g.cfg.HBONE.ConnsPerPeer,
 		IdleTimeout:       g.cfg.HBONE.IdleTimeout.Duration,
 		ConnectTimeout:    g.cfg.HBONE.ConnectTimeout.Duration,
 		Logger:            g.log.Named("hbone"),
