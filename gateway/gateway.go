@@ -25,11 +25,9 @@ import (
 
 // Gateway is one node's meshtun. Make it with New, run it with Run.
 type Gateway struct {
-	cfg       *config.Config
+	cfg       *config.Config // as started; what a reload may change is in cur
 	log       hclog.Logger
 	accessLog hclog.Logger // nil when the access log is off
-	router    *Router
-	authz     *Authorizer
 	cert      tls.Certificate
 	identity  string // our SPIFFE ID
 	roots     *x509.CertPool
@@ -42,12 +40,15 @@ type Gateway struct {
 	pool     *hbone.Pool
 	server   *hbone.Server
 	ready    atomic.Bool
+	readyCh  chan struct{} // closed once Run is ready
 	draining atomic.Bool
 	flows    flowSet
 
-	// endpointTurn holds one round-robin counter per service, by
-	// "namespace/name"; filled by New, read-only afterwards.
-	endpointTurn map[string]*atomic.Uint64
+	// cur is the config, router and policies in force for new flows
+	// (reload.go); Reload swaps it, serialized by reloadMu.
+	cur      atomic.Pointer[snapshot]
+	reloadMu sync.Mutex
+	open     openInbounds
 }
 
 // New loads what the gateway needs from cfg (certificates, trust bundle)
@@ -75,19 +76,14 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 	g := &Gateway{
 		cfg:      cfg,
 		log:      log.Named("gateway"),
-		router:   NewRouter(cfg),
-		authz:    NewAuthorizer(cfg.Policies),
 		cert:     cert,
 		identity: id,
 		roots:    roots,
 		ownPorts: make(map[uint16]bool),
 		ownAddrs: make(map[netip.Addr]bool),
-
-		endpointTurn: make(map[string]*atomic.Uint64),
+		readyCh:  make(chan struct{}),
 	}
-	for _, s := range cfg.Services {
-		g.endpointTurn[s.Namespace+"/"+s.Name] = new(atomic.Uint64)
-	}
+	g.cur.Store(newSnapshot(cfg, nil))
 	if cfg.Log.AccessLog {
 		g.accessLog = log.Named("access")
 	}
@@ -99,20 +95,13 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 	return g, nil
 }
 
-// pickEndpoint is the endpoint choice Router.Route asks for: round robin
-// per service, so each endpoint gets an even share of the flows whatever
-// other services are used in between.
-func (g *Gateway) pickEndpoint(service string, n int) int {
-	turn := g.endpointTurn[service]
-	if turn == nil {
-		return 0
-	}
-	return int((turn.Add(1) - 1) % uint64(n))
-}
-
-// Router is the routing table the gateway routes captured flows with
+// Router is the routing table the gateway routes new captured flows with
 // (`meshtun route` shows its plans).
-func (g *Gateway) Router() *Router { return g.router }
+func (g *Gateway) Router() *Router { return g.snapshot().router }
+
+// Ready is closed once Run has its listeners, device and stack up (when
+// readiness starts answering 200): the moment to tell a service manager.
+func (g *Gateway) Ready() <-chan struct{} { return g.readyCh }
 
 // Identity is the SPIFFE ID this gateway presents.
 func (g *Gateway) Identity() string { return g.identity }
@@ -235,6 +224,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
 	}
 	g.ready.Store(true)
+	close(g.readyCh)
 	g.log.Info("ready", "identity", g.identity, "tun", g.cfg.TUN.Name, "hbone", g.cfg.HBONE.Listen)
 
 	select {
@@ -251,7 +241,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 // flows the drain timeout to finish. Run's deferred closers then end
 // whatever is left.
 func (g *Gateway) drain() {
-	timeout := g.cfg.Gateway.DrainTimeout.Duration
+	timeout := g.snapshot().cfg.Gateway.DrainTimeout.Duration
 	g.log.Info("draining", "timeout", timeout)
 	g.ready.Store(false)
 	g.draining.Store(true)

@@ -22,7 +22,8 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 	fl.traceID = r.TraceID()
 	defer fl.emit(g.accessLog)
 
-	if status, err := g.checkInbound(target); err != nil {
+	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
+	if status, err := g.checkInbound(snap, target); err != nil {
 		r.Reject(status)
 		fl.flag = flagConnect
 		fl.err = err
@@ -30,7 +31,8 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 	}
 	// Authorization before the dial: a denied client must not even make
 	// the target see a connection attempt.
-	if d := g.authz.Authorize(AuthzConn{Identity: r.PeerIdentity(), Src: fl.src.Addr(), Dst: target}); !d.Allow {
+	ac := AuthzConn{Identity: r.PeerIdentity(), Src: fl.src.Addr(), Dst: target}
+	if d := snap.authz.Authorize(ac); !d.Allow {
 		r.Reject(http.StatusUnauthorized)
 		fl.flag = flagDeny
 		fl.err = fmt.Errorf("authorization: %s", d.Reason)
@@ -50,16 +52,21 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 		fl.err = err
 		return
 	}
+	open := g.trackInbound(snap, ac, s, tc.(*net.TCPConn))
+	defer g.untrackInbound(open)
 	res := relay(s, tc.(*net.TCPConn))
 	fl.sent, fl.recv, fl.err = res.AToB, res.BToA, res.Err
+	if err := open.deniedErr(); err != nil {
+		fl.flag, fl.err = flagDeny, err
+	}
 }
 
 // checkInbound decides whether a CONNECT target may be served, and with
 // which status it is refused if not.
-func (g *Gateway) checkInbound(target netip.AddrPort) (int, error) {
+func (g *Gateway) checkInbound(snap *snapshot, target netip.AddrPort) (int, error) {
 	addr := target.Addr().Unmap()
 	served := false
-	for _, p := range g.cfg.HBONE.Serve {
+	for _, p := range snap.cfg.HBONE.Serve {
 		if p.Contains(addr) {
 			served = true
 			break

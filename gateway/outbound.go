@@ -26,7 +26,8 @@ func (g *Gateway) handleOutbound(r *netstack.Request) {
 	g.flows.begin()
 	defer g.flows.end()
 
-	plan := g.router.Route(r.Dst(), g.pickEndpoint)
+	snap := g.snapshot() // this flow's config, router and policies, whatever a reload does meanwhile
+	plan := snap.router.Route(r.Dst(), snap.pickEndpoint)
 	fl := &flowLog{direction: outbound, src: r.Src(), srcIdentity: g.identity, dst: r.Dst(), start: time.Now()}
 	defer fl.emit(g.accessLog)
 

@@ -1,0 +1,271 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshtun/meshtun/config"
+)
+
+// Reload: the parts of the config a running gateway can change.
+//
+// Every flow works from one snapshot, taken when it starts: the config,
+// the Router built from it and the Authorizer of its policies. Reload
+// builds a whole new snapshot beside the running one and swaps the pointer,
+// so a flow never sees the router of one config and the policies of
+// another; flows that started earlier keep the snapshot they took.
+//
+// What a reload applies: [[peers]], [[workloads]], [[services]],
+// [[policies]], hbone.serve, gateway.drain_timeout and log.level. Every
+// other key is bound to something built once at start (the device and its
+// routes, the stack, the listeners, the pool, the certificates, the
+// loggers): a reload that changes one logs it as needing a restart and
+// keeps running with the old value, so the snapshot's config always says
+// what is really in force.
+//
+// After a change of policies, every open inbound connection is authorized
+// again with the new policies, exactly as a new stream would be; the ones
+// now denied are ended (a reset on both sides) and logged with
+// response_flags DENY, as ztunnel does. Outbound flows whose route is gone
+// are left to finish: the peer's gateway decides about them, and cutting
+// a client's connection because a routing entry moved would be worse than
+// letting it end on its own.
+
+// snapshot is what one flow uses of the config. Read-only once stored.
+type snapshot struct {
+	cfg    *config.Config // in force: restart-only keys keep their values from the start
+	router *Router
+	authz  *Authorizer
+	// endpointTurn holds one round-robin counter per service, by
+	// "namespace/name"; a reload carries the counters of services it keeps.
+	endpointTurn map[string]*atomic.Uint64
+}
+
+func newSnapshot(cfg *config.Config, prev *snapshot) *snapshot {
+	s := &snapshot{
+		cfg:          cfg,
+		router:       NewRouter(cfg),
+		authz:        NewAuthorizer(cfg.Policies),
+		endpointTurn: make(map[string]*atomic.Uint64),
+	}
+	for _, svc := range cfg.Services {
+		key := svc.Namespace + "/" + svc.Name
+		if prev != nil && prev.endpointTurn[key] != nil {
+			s.endpointTurn[key] = prev.endpointTurn[key]
+		} else {
+			s.endpointTurn[key] = new(atomic.Uint64)
+		}
+	}
+	return s
+}
+
+// pickEndpoint is the endpoint choice Router.Route asks for: round robin
+// per service, so each endpoint gets an even share of the flows whatever
+// other services are used in between.
+func (s *snapshot) pickEndpoint(service string, n int) int {
+	turn := s.endpointTurn[service]
+	if turn == nil {
+		return 0
+	}
+	return int((turn.Add(1) - 1) % uint64(n))
+}
+
+// snapshot is the config in force for a flow starting now.
+func (g *Gateway) snapshot() *snapshot { return g.cur.Load() }
+
+// runtimeKeys are the keys of the config's tables that Reload applies; the
+// other keys of those tables need a restart. The arrays of tables
+// ([[peers]] and the rest) are all applied.
+var runtimeKeys = map[string]bool{
+	"gateway.drain_timeout": true,
+	"log.level":             true,
+	"hbone.serve":           true,
+}
+
+// ErrReloadNil is Reload's answer to a nil config.
+var ErrReloadNil = errors.New("gateway: reload: no config")
+
+// Reload puts cfg in force for new flows and re-authorizes the open
+// inbound connections if the policies changed. cfg must come from
+// config.Load without error and have passed New's checks (the CLI loads
+// it through the same path as at start). It returns the keys that changed
+// and were applied, and the keys that changed but need a restart (they
+// keep their running values). Reloads are serialized; flows keep running
+// throughout.
+func (g *Gateway) Reload(cfg *config.Config) (changed, restartNeeded []string, err error) {
+	if cfg == nil {
+		return nil, nil, ErrReloadNil
+	}
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+
+	old := g.snapshot()
+	eff := *cfg
+	changed, restartNeeded = diffConfig(old.cfg, &eff)
+	for _, k := range restartNeeded {
+		g.log.Warn("reload: key changed but needs a restart; keeping its running value", "key", k)
+	}
+	if len(changed) == 0 {
+		g.log.Info("reload: nothing to apply")
+		return nil, restartNeeded, nil
+	}
+	next := newSnapshot(&eff, old)
+	if eff.Log.Level != old.cfg.Log.Level {
+		g.log.SetLevel(hclog.LevelFromString(eff.Log.Level)) // the level is shared by every sub-logger
+	}
+
+	// Swap while holding the registry of open inbound flows: a flow that
+	// registers after this sees the new snapshot (trackInbound), one that
+	// registered before is in the list checked below. None is missed.
+	g.open.mu.Lock()
+	g.cur.Store(next)
+	var open []*openInbound
+	if slices.Contains(changed, "policies") {
+		for f := range g.open.m {
+			open = append(open, f)
+		}
+	}
+	g.open.mu.Unlock()
+
+	closed := 0
+	for _, f := range open {
+		if d := next.authz.Authorize(f.ac); !d.Allow {
+			f.deny(d.Reason)
+			closed++
+		}
+	}
+	g.log.Info("reloaded", "changed", strings.Join(changed, ","),
+		"peers", len(eff.Peers), "workloads", len(eff.Workloads), "services", len(eff.Services), "policies", len(eff.Policies),
+		"inbound_checked", len(open), "inbound_closed", closed)
+	return changed, restartNeeded, nil
+}
+
+// diffConfig compares the config in force with a new one, key by key:
+// changed lists the keys Reload applies, restartNeeded the others. The
+// restart-only keys of next are set back to their values in cur, so next
+// becomes the config in force after the reload.
+func diffConfig(cur, next *config.Config) (changed, restartNeeded []string) {
+	cv, nv := reflect.ValueOf(cur).Elem(), reflect.ValueOf(next).Elem()
+	t := cv.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Struct: // a table: [gateway], [tun], ...
+			table := tomlKey(f.Name)
+			for j := range f.Type.NumField() {
+				key := table + "." + tomlKey(f.Type.Field(j).Name)
+				a, b := cv.Field(i).Field(j), nv.Field(i).Field(j)
+				if reflect.DeepEqual(a.Interface(), b.Interface()) {
+					continue
+				}
+				if runtimeKeys[key] {
+					changed = append(changed, key)
+					continue
+				}
+				restartNeeded = append(restartNeeded, key)
+				b.Set(a)
+			}
+		case reflect.Slice: // an array of tables: [[peers]], ...
+			if !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) {
+				changed = append(changed, tomlKey(f.Name))
+			}
+		}
+	}
+	return changed, restartNeeded
+}
+
+// tomlKey turns a Go field name into its TOML key: MaxInFlight →
+// max_in_flight, MTU → mtu, HBONE → hbone (the config package's naming).
+func tomlKey(name string) string {
+	var b strings.Builder
+	r := []rune(name)
+	for i, c := range r {
+		upper := c >= 'A' && c <= 'Z'
+		if upper && i > 0 {
+			prevLower := r[i-1] >= 'a' && r[i-1] <= 'z'
+			nextLower := i+1 < len(r) && r[i+1] >= 'a' && r[i+1] <= 'z'
+			if prevLower || (nextLower && r[i-1] >= 'A' && r[i-1] <= 'Z') {
+				b.WriteByte('_')
+			}
+		}
+		if upper {
+			c += 'a' - 'A'
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// openInbounds is the registry of inbound connections being relayed, so a
+// reload can authorize them again.
+type openInbounds struct {
+	mu sync.Mutex
+	m  map[*openInbound]struct{}
+}
+
+// openInbound is one relayed inbound connection.
+type openInbound struct {
+	ac             AuthzConn
+	stream, target conn
+	once           sync.Once
+	reason         atomic.Pointer[string] // set when a reload denied it
+}
+
+// deny ends the connection: RST_STREAM towards the peer, RST towards the
+// target. The relay then returns.
+func (f *openInbound) deny(reason string) {
+	f.once.Do(func() {
+		f.reason.Store(&reason)
+		reset(f.stream)
+		reset(f.target)
+	})
+}
+
+// deniedErr is why a reload ended the connection, or nil.
+func (f *openInbound) deniedErr() error {
+	if r := f.reason.Load(); r != nil {
+		return fmt.Errorf("denied by policy after reload: %s", *r)
+	}
+	return nil
+}
+
+// trackInbound registers an accepted inbound connection that authorized
+// was allowed by. If a reload swapped the snapshot in the meantime, the
+// connection is authorized again with the one now in force and ended at
+// once if that denies it. Pair with untrackInbound.
+func (g *Gateway) trackInbound(authorized *snapshot, ac AuthzConn, stream, target conn) *openInbound {
+	f := &openInbound{ac: ac, stream: stream, target: target}
+	g.open.mu.Lock()
+	if g.open.m == nil {
+		g.open.m = make(map[*openInbound]struct{})
+	}
+	g.open.m[f] = struct{}{}
+	now := g.snapshot()
+	g.open.mu.Unlock()
+	if now != authorized {
+		if d := now.authz.Authorize(ac); !d.Allow {
+			f.deny(d.Reason)
+		}
+	}
+	return f
+}
+
+func (g *Gateway) untrackInbound(f *openInbound) {
+	g.open.mu.Lock()
+	delete(g.open.m, f)
+	g.open.mu.Unlock()
+}
+
+// openInboundCount is the number of registered inbound connections.
+func (g *Gateway) openInboundCount() int {
+	g.open.mu.Lock()
+	defer g.open.mu.Unlock()
+	return len(g.open.m)
+}
