@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meshtun/meshtun/config"
 )
 
 // Config is what one bench run measures. DefaultConfig is `make bench`.
@@ -25,6 +27,7 @@ type Config struct {
 	RR        int      // timed exchanges of the latency scenario
 	Workers   int      // concurrent clients of the connection-rate and idle scenarios
 	MSS       int      // the clamped client MSS of bulk1-mss
+	Spread    int      // hbone.conns_per_peer of bulk8-spread
 	Out       string   // directory for the JSON result; "" writes none
 	Keep      bool     // keep the temp dir (configs, certificates, gateway logs)
 	// Profile, when set, is a directory for CPU profiles of both gateways,
@@ -48,6 +51,7 @@ func DefaultConfig() Config {
 		// thousands of SYNs; the demo's 8 left the kernel path idle.
 		Workers: 16,
 		MSS:     1460,
+		Spread:  4,
 		Out:     "bench/results",
 
 		ProfileSeconds: 5,
@@ -70,6 +74,9 @@ func (c Config) check() error {
 	}
 	if c.Profile != "" && c.ProfileSeconds < 1 {
 		errs = append(errs, errors.New("profile-seconds must be ≥ 1"))
+	}
+	if c.Spread < 1 || c.Spread > config.MaxConnsPerPeer {
+		errs = append(errs, fmt.Errorf("spread must be in 1..%d", config.MaxConnsPerPeer))
 	}
 	if c.MSS < 536 || c.MSS > 65495 {
 		errs = append(errs, errors.New("mss must be in 536..65495"))
@@ -257,7 +264,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 func (c Config) summary() map[string]any {
 	return map[string]any{
 		"runs": c.Runs, "bulk_bytes": c.Bulk, "conns": c.Conns, "ips": c.IPs,
-		"idle": c.Idle, "rr": c.RR, "workers": c.Workers, "mss": c.MSS, "scenarios": c.Scenarios,
+		"idle": c.Idle, "rr": c.RR, "workers": c.Workers, "mss": c.MSS, "spread": c.Spread, "scenarios": c.Scenarios,
 	}
 }
 

@@ -43,6 +43,7 @@ type path struct {
 	gwA, gwB *topo.Gateway // nil on the kernel path
 	srv      *Server
 	e        *env
+	variant  string // config file suffix the gateways run on: "" or "-spread"
 }
 
 // env is everything a bench run built; close removes it all.
@@ -144,12 +145,20 @@ func (e *env) writeConfigs() error {
 			}
 			s = strings.Replace(s, k, k+many, 1)
 		}
-		dst := filepath.Join(e.dir, name+".toml")
-		if err := os.WriteFile(dst, []byte(s), 0o644); err != nil {
-			return err
+		// The -spread variant: the same with hbone.conns_per_peer set.
+		const key = "max_streams_per_conn = "
+		if n := strings.Count(s, key); n != 1 {
+			return fmt.Errorf("bench: %s: found %q %d times, want once (did the example change shape?)", src, key, n)
 		}
-		if out, err := exec.Command(e.cfg.Bin, "validate", "--config", dst).CombinedOutput(); err != nil {
-			return fmt.Errorf("bench: meshtun validate %s: %v: %s", dst, err, out)
+		spread := strings.Replace(s, key, fmt.Sprintf("conns_per_peer = %d\n", e.cfg.Spread)+key, 1)
+		for _, v := range []struct{ suffix, text string }{{"", s}, {"-spread", spread}} {
+			dst := filepath.Join(e.dir, name+v.suffix+".toml")
+			if err := os.WriteFile(dst, []byte(v.text), 0o644); err != nil {
+				return err
+			}
+			if out, err := exec.Command(e.cfg.Bin, "validate", "--config", dst).CombinedOutput(); err != nil {
+				return fmt.Errorf("bench: meshtun validate %s: %v: %s", dst, err, out)
+			}
 		}
 	}
 	return nil
@@ -190,7 +199,7 @@ func (p *path) startGateways(ctx context.Context) error {
 }
 
 func (p *path) startGateway(ctx context.Context, n *topo.Node) (*topo.Gateway, error) {
-	g, err := n.StartGateway(p.e.cfg.Bin, filepath.Join(p.e.dir, n.Name+".toml"), p.e.logw)
+	g, err := n.StartGateway(p.e.cfg.Bin, filepath.Join(p.e.dir, n.Name+p.variant+".toml"), p.e.logw)
 	if err != nil {
 		return nil, err
 	}
@@ -215,6 +224,12 @@ func (p *path) stopGateways() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// restartGatewaysOn restarts the gateways on the configs of variant.
+func (p *path) restartGatewaysOn(ctx context.Context, variant string) error {
+	p.variant = variant
+	return p.restartGateways(ctx)
 }
 
 // restartGateways gives the next measurement fresh gateway processes.

@@ -67,6 +67,8 @@ func Targets() []Target {
 		{"one bulk flow down, MSS clamped, pair ÷ kernel", 0.35, false, ratioOf("bulk1-mss.down")},
 		{"8 bulk flows up, pair ÷ kernel", 0.35, false, ratioOf("bulk8.up")},
 		{"8 bulk flows down, pair ÷ kernel", 0.35, false, ratioOf("bulk8.down")},
+		{"8 bulk flows up, conns_per_peer > 1, pair ÷ kernel", 0.35, false, ratioOf("bulk8-spread.up")},
+		{"8 bulk flows down, conns_per_peer > 1, pair ÷ kernel", 0.35, false, ratioOf("bulk8-spread.down")},
 		{"CPU-s/GiB both gateways, bulk1 up", 3.5, true, gatewaysCPU("bulk1.up")},
 		{"CPU-s/GiB both gateways, bulk1 down", 3.5, true, gatewaysCPU("bulk1.down")},
 		{"CPU-s/GiB both gateways, bulk1-mss up", 3.5, true, gatewaysCPU("bulk1-mss.up")},

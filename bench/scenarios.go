@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +29,7 @@ func Scenarios() []Scenario {
 		{"bulk1", "one bulk flow each way, default MTU", bulkScenario("bulk1", 1, 0)},
 		{"bulk1-mss", "one bulk flow each way, client MSS clamped (what traffic routed in from another host sees)", bulkScenario("bulk1-mss", 1, -1)},
 		{"bulk8", "8 concurrent bulk flows each way (the bulk size split over them)", bulkScenario("bulk8", 8, 0)},
+		{"bulk8-spread", "bulk8 with the gateways restarted on hbone.conns_per_peer = -spread (flows spread over pooled connections)", spreadScenario},
 		{"conn1ip", "connection rate: connect, 64 B request, 64 B reply, close; one destination IP", connScenario("conn1ip", false)},
 		{"connmany", "connection rate, round-robin over many distinct destination IPs", connScenario("connmany", true)},
 		{"rr", "request/response latency: 64 B ping-pong on one established flow", rrScenario},
@@ -168,12 +170,38 @@ func bulkScenario(name string, flows int, mss int) func(context.Context, *env) (
 					if err != nil {
 						return figs, fmt.Errorf("%s, run %d, %s path: %w", d.f.Name, run+1, p.name, err)
 					}
+					if p == e.pair {
+						// How many HBONE connections carry the flows
+						// (the pool keeps them after the run).
+						if n, err := p.tp.B.Established(ctx, 15008); err == nil {
+							r.Extra = fmt.Sprintf("[%d HBONE conn]", n)
+						}
+					}
 					e.add(d.f, p, run, r)
 				}
 			}
 		}
 		return figs, nil
 	}
+}
+
+// spreadScenario is bulk8 on gateways whose pools spread busy flows over
+// cfg.Spread connections per peer (hbone.conns_per_peer); the gateways go
+// back to the examples' configs afterwards.
+func spreadScenario(ctx context.Context, e *env) (figs []*Figure, err error) {
+	if err := e.pair.restartGatewaysOn(ctx, "-spread"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := e.pair.restartGatewaysOn(ctx, ""); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	figs, err = bulkScenario("bulk8-spread", 8, 0)(ctx, e)
+	for _, f := range figs {
+		f.Name = strings.Replace(f.Name, "(8 flows)", fmt.Sprintf("(8 flows, %d conns)", e.cfg.Spread), 1)
+	}
+	return figs, err
 }
 
 // bulkFlows moves total bytes (op 'U' or 'D') over flows connections at

@@ -189,13 +189,9 @@ func run(bin string, bulk int64, shortConns int, keep bool) (err error) {
 	}
 
 	step("HBONE connections node-a -> node-b:15008 carrying all of that")
-	out, err = tp.B.Command(context.Background(), "ss", "-Htn", "state", "established", "( sport = :15008 )").Output()
+	conns, err := tp.B.Established(context.Background(), 15008)
 	if err != nil {
-		return fmt.Errorf("ss: %v", err)
-	}
-	conns := strings.Count(strings.TrimSpace(string(out)), "\n") + 1
-	if strings.TrimSpace(string(out)) == "" {
-		conns = 0
+		return err
 	}
 	fmt.Printf("    %d (pooled: every flow was a stream on them)\n", conns)
 	if conns < 1 {

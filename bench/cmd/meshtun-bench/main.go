@@ -38,6 +38,7 @@ func run() int {
 	flag.IntVar(&cfg.RR, "rr", cfg.RR, "timed 64 B exchanges per latency run")
 	flag.IntVar(&cfg.Workers, "workers", cfg.Workers, "concurrent clients for the connection-rate and idle scenarios")
 	flag.IntVar(&cfg.MSS, "mss", cfg.MSS, "client MSS of bulk1-mss")
+	flag.IntVar(&cfg.Spread, "spread", cfg.Spread, "hbone.conns_per_peer of the gateways in bulk8-spread")
 	flag.StringVar(&cfg.Out, "out", cfg.Out, "directory for the JSON results (empty: none)")
 	flag.StringVar(&cfg.Profile, "profile", "", "directory for CPU profiles of both gateways taken during each measurement on the pair (use with -runs 1)")
 	flag.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each profile; a shorter measurement leaves idle time in it")
