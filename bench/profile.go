@@ -38,7 +38,7 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fetchProfile(ctx, n, secs, file); err != nil {
+			if err := fetchProfile(ctx, n, fmt.Sprintf("profile?seconds=%d", secs), secs, file); err != nil {
 				mu.Lock()
 				if errs == nil {
 					errs = err
@@ -52,8 +52,27 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 	return func() error { wg.Wait(); return errs }
 }
 
-// fetchProfile GETs /debug/pprof/profile from node n's gateway into file.
-func fetchProfile(ctx context.Context, n *topo.Node, secs int, file string) error {
+// snapshotGateways writes the heap and goroutine profiles of both gateways
+// of p to cfg.Profile as <scenario>-<n>-<node>-{heap,goroutine}.pprof: what
+// holds the memory of the idle scenario's flows.
+func (p *path) snapshotGateways(ctx context.Context) error {
+	e := p.e
+	e.profileSeq++
+	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
+		for _, kind := range []string{"heap", "goroutine"} {
+			file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s-%s.pprof", e.scenario, e.profileSeq, n.Name, kind))
+			if err := fetchProfile(ctx, n, kind, 0, file); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "   profile: %s\n", file)
+		}
+	}
+	return nil
+}
+
+// fetchProfile GETs /debug/pprof/<what> (taking secs) from node n's
+// gateway into file.
+func fetchProfile(ctx context.Context, n *topo.Node, what string, secs int, file string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
 	defer cancel()
 	client := &http.Client{Transport: &http.Transport{
@@ -61,7 +80,7 @@ func fetchProfile(ctx context.Context, n *topo.Node, secs int, file string) erro
 			return n.Dial(ctx, network, addr)
 		},
 	}}
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, secs)
+	url := fmt.Sprintf("http://%s/debug/pprof/%s", adminAddr, what)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err

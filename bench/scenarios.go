@@ -448,6 +448,11 @@ func idleRun(ctx context.Context, p *path, n, workers int) (Sample, Sample, erro
 	if err != nil {
 		return Sample{}, Sample{}, err
 	}
+	if p.e.cfg.Profile != "" {
+		if err := p.snapshotGateways(ctx); err != nil {
+			return Sample{}, Sample{}, err
+		}
+	}
 	mk := func(before, after int64) Sample {
 		return Sample{Value: float64(after-before) / float64(n), Seconds: el,
 			Extra: fmt.Sprintf("(RSS %d → %d MiB)", before>>10, after>>10)}
