@@ -38,11 +38,24 @@ type flowLog struct {
 	start       time.Time
 	sent, recv  int64 // bytes towards the destination, and back
 	err         error
+	metrics     *flowMetrics // set by openMetrics; emit counts the close
 }
 
-// emit writes the one "connection complete" line of a connection: INFO when
-// it ended cleanly, WARN when it did not.
+// openMetrics counts the flow as opened with labels l (metrics.go); emit
+// then counts it as closed, with its response flag and bytes.
+func (f *flowLog) openMetrics(m *metrics, l tcpLabels) {
+	f.metrics = m.openFlow(f.direction, l)
+}
+
+// emit ends a connection's bookkeeping: it counts the close in the
+// metrics, when the flow was counted as opened, and writes the one
+// "connection complete" line: INFO when it ended cleanly, WARN when it did
+// not.
 func (f *flowLog) emit(log hclog.Logger) {
+	if f.metrics != nil {
+		f.metrics.close(f.flag, f.sent, f.recv)
+		f.metrics = nil
+	}
 	if log == nil {
 		return
 	}

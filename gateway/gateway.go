@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"net/netip"
 	"os"
 	"sync"
@@ -43,6 +42,7 @@ type Gateway struct {
 	readyCh  chan struct{} // closed once Run is ready
 	draining atomic.Bool
 	flows    flowSet
+	metrics  *metrics // metrics.go
 
 	// cur is the config, router and policies in force for new flows
 	// (reload.go); Reload swaps it, serialized by reloadMu.
@@ -82,6 +82,7 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 		ownPorts: make(map[uint16]bool),
 		ownAddrs: make(map[netip.Addr]bool),
 		readyCh:  make(chan struct{}),
+		metrics:  newMetrics(),
 	}
 	g.cur.Store(newSnapshot(cfg, nil))
 	if cfg.Log.AccessLog {
@@ -167,14 +168,15 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		g.server = srv
 		closers = append(closers, func() { srv.Close() })
 	}
-	// The HTTP endpoints for operators: readiness, and the admin listener
-	// (localhost by default) with pprof.
+	// The HTTP endpoints for operators: readiness, the admin listener
+	// (localhost by default; admin.go) and metrics (metrics.go).
 	for _, ep := range []struct {
 		key, addr string
 		h         http.Handler
 	}{
 		{"admin.readiness", g.cfg.Admin.Readiness, g.readinessHandler()},
-		{"admin.listen", g.cfg.Admin.Listen, adminHandler()},
+		{"admin.listen", g.cfg.Admin.Listen, g.adminHandler()},
+		{"admin.metrics", g.cfg.Admin.Metrics, g.metricsHandler()},
 	} {
 		if ep.addr == "" {
 			continue
@@ -258,19 +260,6 @@ func (g *Gateway) drain() {
 	case <-ctx.Done():
 		g.log.Warn("drain timeout: closing the flows still open")
 	}
-}
-
-// adminHandler serves Go's profiler on the admin listener, which binds to
-// localhost by default: profiles say where a gateway's CPU and memory go
-// (the bench's missed targets were diagnosed with them).
-func adminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }
 
 func (g *Gateway) readinessHandler() http.Handler {

@@ -21,6 +21,7 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 	fl.src = inboundSource(r)
 	fl.traceID = r.TraceID()
 	defer fl.emit(g.accessLog)
+	fl.openMetrics(g.metrics, g.inboundLabels(r, fl.src))
 
 	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
 	if status, err := g.checkInbound(snap, target); err != nil {

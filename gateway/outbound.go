@@ -34,6 +34,7 @@ func (g *Gateway) handleOutbound(r *netstack.Request) {
 	if plan.Kind != Deny {
 		fl.dst, fl.service = plan.Target, plan.Service
 	}
+	fl.openMetrics(g.metrics, g.outboundLabels(r.Src(), plan))
 	switch plan.Kind {
 	case HBONE:
 		fl.hboneAddr, fl.dstIdentity = plan.HBONEAddress, plan.Identities[0]
