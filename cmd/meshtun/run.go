@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
@@ -20,14 +22,25 @@ const defaultConfig = "/etc/meshtun/gateway.toml"
 
 // load is the one path from a file to a gateway ready to run: parse,
 // defaults, every semantic check, certificate files, then everything
-// gateway.New checks. `run` and `validate` both go through it, so validate
-// accepts exactly what run accepts. The config's own errors are printed
-// to stderr (all of them) and reported as exit status 1.
+// gateway.New checks. `run`, `validate` and a reload (SIGHUP) all go
+// through it, so validate accepts exactly what run accepts. The config's
+// own errors are printed to stderr (all of them) and reported as exit
+// status 1.
 func load(path string, stderr io.Writer, log func(*config.Config) hclog.Logger) (*gateway.Gateway, *config.Config, error) {
-	cfg, err := config.Load(path)
+	g, cfg, err := check(path, log)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nil, nil, exitError{1}
+	}
+	return g, cfg, nil
+}
+
+// check is load without the printing: config.Load, then gateway.New (which
+// opens no device and no socket).
+func check(path string, log func(*config.Config) hclog.Logger) (*gateway.Gateway, *config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, nil, err
 	}
 	var l hclog.Logger
 	if log != nil {
@@ -35,8 +48,7 @@ func load(path string, stderr io.Writer, log func(*config.Config) hclog.Logger) 
 	}
 	g, err := gateway.New(cfg, l)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return nil, nil, exitError{1}
+		return nil, nil, err
 	}
 	return g, cfg, nil
 }
@@ -70,6 +82,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	sd, err := newNotifier()
+	if err != nil {
+		log.Warn("not telling systemd our state", "error", err)
+	}
+	defer sd.Close()
+	// SIGHUP reloads the config: `systemctl reload`, or kill -HUP.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -84,11 +105,76 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		os.Exit(1)
 	}()
 	log.Info("starting", "config", *path, "name", cfg.Gateway.Name)
-	if err := g.Run(ctx); err != nil {
-		return err
+	runErr := make(chan error, 1)
+	go func() { runErr <- g.Run(ctx) }()
+
+	ready, draining := g.Ready(), ctx.Done()
+	for {
+		select {
+		case <-ready:
+			ready = nil
+			notify(sd, log, "READY=1", "STATUS=serving, config "+*path)
+		case <-hup:
+			if ready != nil { // before READY=1 systemd expects no reload protocol
+				reload(*path, g, log)
+				continue
+			}
+			notify(sd, log, "RELOADING=1", monotonicUsec(), "STATUS=reloading "+*path)
+			status := reload(*path, g, log)
+			notify(sd, log, "READY=1", "STATUS="+status)
+		case <-draining:
+			draining = nil
+			notify(sd, log, "STOPPING=1", "STATUS=draining")
+		case err := <-runErr:
+			if err != nil {
+				return err
+			}
+			log.Info("stopped")
+			return nil
+		}
 	}
-	log.Info("stopped")
-	return nil
+}
+
+// reload loads the config file again through the same path as at start and
+// hands it to the gateway. A config with any error changes nothing: every
+// error is logged with its key path (and line, when known) and the gateway
+// keeps its running config. It returns a one-line status for systemd.
+func reload(path string, g *gateway.Gateway, log hclog.Logger) string {
+	log.Info("reload: loading the config again", "config", path)
+	_, cfg, err := check(path, nil)
+	if err == nil {
+		var changed, restart []string
+		changed, restart, err = g.Reload(cfg)
+		if err == nil {
+			status := "serving, reloaded " + path
+			if len(changed) > 0 {
+				status += "; applied " + strings.Join(changed, ",")
+			}
+			if len(restart) > 0 {
+				status += "; needs a restart for " + strings.Join(restart, ",")
+			}
+			return status
+		}
+	}
+	var cerrs *config.Errors
+	if errors.As(err, &cerrs) {
+		for _, e := range cerrs.List {
+			args := []any{"config", path, "key", e.Path}
+			if e.Line > 0 {
+				args = append(args, "line", e.Line, "column", e.Column)
+			}
+			log.Error("reload: config error", append(args, "error", e.Msg)...)
+		}
+	}
+	log.Error("reload failed; still running the previous config", "config", path, "error", err)
+	return "serving the previous config; reload of " + path + " failed"
+}
+
+// notify sends one message to systemd, if it is listening.
+func notify(sd *notifier, log hclog.Logger, lines ...string) {
+	if err := sd.send(lines...); err != nil {
+		log.Warn("systemd notify", "message", lines[0], "error", err)
+	}
 }
 
 func cmdCleanup(args []string, stdout, stderr io.Writer) error {
