@@ -20,7 +20,7 @@ import (
 // adminHandler serves the admin listener, which binds to localhost by
 // default:
 //
-//   - GET /config_dump: the configuration the gateway runs with, as JSON
+//   - GET /config_dump: the configuration in force (after any reload), as JSON
 //     with gateway.toml's key names. The config holds only the paths of the
 //     certificate and key files, never their contents, so no key material
 //     can appear here.
@@ -32,7 +32,7 @@ import (
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, r *http.Request) {
-		b, err := json.MarshalIndent(configDump(g.cfg), "", "  ")
+		b, err := json.MarshalIndent(configDump(g.snapshot().cfg), "", "  ")
 		if err != nil {
 			http.Error(w, "config dump: "+err.Error(), http.StatusInternalServerError)
 			return
