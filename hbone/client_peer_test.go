@@ -400,15 +400,14 @@ func clientCtx(t testing.TB) context.Context {
 }
 
 // clientLeakedGoroutines lists goroutines of the client side still
-// running: the pool's, and net/http's HTTP/2 client connections.
+// running: the pool's, and its connections' readers and keepalives.
 func clientLeakedGoroutines() []string {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	var leaked []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if strings.Contains(g, "hbone.(*Pool)") ||
-			strings.Contains(g, "http2.(*ClientConn).readLoop") ||
-			strings.Contains(g, "http2.(*clientStream).doRequest") {
+			strings.Contains(g, "hbone.(*clientConn)") {
 			leaked = append(leaked, g)
 		}
 	}

@@ -365,3 +365,6 @@ func (s *Server) h2settings() []http2.Setting {
 		{ID: http2.SettingMaxHeaderListSize, Val: srvMaxHeaderList},
 	}
 }
+
+// frameHeaderLen is the size of an HTTP/2 frame header (RFC 9113 §4.1).
+const frameHeaderLen = 9

@@ -8,7 +8,7 @@ package hbone
 //  2. A connection carries at most pc.maxStreams streams at once:
 //     min(PoolOptions.MaxStreamsPerConn, the peer's initial
 //     SETTINGS_MAX_CONCURRENT_STREAMS). pc.inflight counts them; a slot is
-//     taken (inflight++ and ClientConn.Reserve) under p.mu before the
+//     taken (inflight++ and clientConn.Reserve) under p.mu before the
 //     request is sent, and given back exactly once when the stream ends.
 //     Reserve also enforces any later, lower peer limit.
 //  3. A connection is offered to new streams only after the peer's first
@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -179,11 +178,10 @@ type poolDial struct {
 // by Pool.mu.
 type poolConn struct {
 	key        poolKey
-	cc         *http.ClientConn
+	cc         *clientConn
 	peerID     string
 	maxStreams int
 	readerDone <-chan struct{} // closed when the connection's reader stopped
-	nc         *poolNetConn    // the TLS connection under cc
 
 	// guarded by Pool.mu
 	inflight  int
@@ -443,7 +441,7 @@ func (p *Pool) reap(now time.Time) time.Duration {
 			case pc.cc.Err() != nil:
 				why = "failed"
 			case pc.inflight > 0:
-			case pc.cc.Available() == 0:
+			case pc.cc.draining():
 				why = "drained" // GOAWAY or closing, last stream gone
 			case now.Sub(pc.idleSince) >= p.opts.IdleTimeout:
 				why = "idle"

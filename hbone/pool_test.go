@@ -379,7 +379,7 @@ func TestPoolRetriesUnprocessed(t *testing.T) {
 				}
 				// The slot is taken; now the GOAWAY lands before the send.
 				c1.goAway(1)
-				poolWaitFor(t, func() bool { return pc.cc.Available() == 0 })
+				poolWaitFor(t, func() bool { return pc.cc.draining() })
 			}
 		})
 		s1, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
