@@ -144,4 +144,3 @@ func (p *Pool) Connect(ctx context.Context, req ConnectRequest) (*ClientStream, 
 // connectAttempts bounds Connect's tries of one request: the first, and
 // one retry on another connection if the peer did not process it.
 const connectAttempts = 2
-

@@ -2,7 +2,6 @@ package hbone
 
 import (
 	"bufio"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,7 +29,7 @@ import (
 // Lock order: ClientStream.wmu → clientConn.wmu → clientConn.mu;
 // Pool.mu → clientConn.mu. Nobody takes wmu while holding mu.
 type clientConn struct {
-	tc      *tls.Conn
+	tc      net.Conn   // the TLS connection (a plain one in tests)
 	bc      *batchConn // under tc: gathers the records of one flush
 	log     hclog.Logger
 	onState func() // the connection can take no more streams; called without locks
@@ -101,7 +100,7 @@ var (
 	errClientNoStreams   = errors.New("hbone: connection takes no new streams")
 )
 
-func newClientConn(tc *tls.Conn, bc *batchConn, log hclog.Logger, onState func(), pingAfter, pingTimeout time.Duration) *clientConn {
+func newClientConn(tc net.Conn, bc *batchConn, log hclog.Logger, onState func(), pingAfter, pingTimeout time.Duration) *clientConn {
 	c := &clientConn{
 		tc:              tc,
 		bc:              bc,

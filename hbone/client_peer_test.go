@@ -195,18 +195,21 @@ type clientFramePeer struct {
 
 // clientFrameConn is one connection accepted by a clientFramePeer.
 type clientFrameConn struct {
-	c          net.Conn
-	wmu        sync.Mutex
-	fr         *http2.Framer
-	enc        *hpack.Encoder
-	encBuf     bytes.Buffer
-	settings   chan []http2.Setting      // the client's SETTINGS frames
-	connWindow chan uint32               // WINDOW_UPDATEs on stream 0
-	headers    chan []hpack.HeaderField  // each request's header block
-	streams    chan uint32               // each request's stream ID
-	resets     chan http2.RSTStreamFrame // RST_STREAM frames received
-	pings      chan struct{}             // a PING arrived
-	done       chan struct{}             // the reader stopped
+	c           net.Conn
+	wmu         sync.Mutex
+	fr          *http2.Framer
+	enc         *hpack.Encoder
+	encBuf      bytes.Buffer
+	settings    chan []http2.Setting         // the client's SETTINGS frames
+	connWindow  chan uint32                  // WINDOW_UPDATEs on stream 0
+	winUpdates  chan http2.WindowUpdateFrame // WINDOW_UPDATEs on streams
+	goAways     chan http2.GoAwayFrame       // GOAWAY frames received
+	settingsAck chan struct{}                // a SETTINGS ACK arrived
+	headers     chan []hpack.HeaderField     // each request's header block
+	streams     chan uint32                  // each request's stream ID
+	resets      chan http2.RSTStreamFrame    // RST_STREAM frames received
+	pings       chan struct{}                // a PING arrived
+	done        chan struct{}                // the reader stopped
 }
 
 func newClientFramePeer(t testing.TB, pki *clientTestPKI, edit func(*clientFramePeer)) *clientFramePeer {
@@ -267,14 +270,17 @@ func (p *clientFramePeer) start(raw net.Conn) *clientFrameConn {
 	}
 	tc := tls.Server(raw, conf)
 	c := &clientFrameConn{
-		c:          tc,
-		settings:   make(chan []http2.Setting, 16),
-		connWindow: make(chan uint32, 1024),
-		headers:    make(chan []hpack.HeaderField, 1024),
-		streams:    make(chan uint32, 1024),
-		resets:     make(chan http2.RSTStreamFrame, 1024),
-		pings:      make(chan struct{}, 1024),
-		done:       make(chan struct{}),
+		c:           tc,
+		settings:    make(chan []http2.Setting, 16),
+		connWindow:  make(chan uint32, 1024),
+		winUpdates:  make(chan http2.WindowUpdateFrame, 1024),
+		goAways:     make(chan http2.GoAwayFrame, 16),
+		settingsAck: make(chan struct{}, 16),
+		headers:     make(chan []hpack.HeaderField, 1024),
+		streams:     make(chan uint32, 1024),
+		resets:      make(chan http2.RSTStreamFrame, 1024),
+		pings:       make(chan struct{}, 1024),
+		done:        make(chan struct{}),
 	}
 	c.fr = http2.NewFramer(tc, tc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -308,6 +314,10 @@ func (p *clientFramePeer) serve(c *clientFrameConn) {
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if f.IsAck() {
+				select {
+				case c.settingsAck <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			var got []http2.Setting
@@ -325,6 +335,16 @@ func (p *clientFramePeer) serve(c *clientFrameConn) {
 		case *http2.WindowUpdateFrame:
 			if f.StreamID == 0 {
 				c.connWindow <- f.Increment
+			} else {
+				select {
+				case c.winUpdates <- *f:
+				default:
+				}
+			}
+		case *http2.GoAwayFrame:
+			select {
+			case c.goAways <- http2.GoAwayFrame{FrameHeader: f.FrameHeader, LastStreamID: f.LastStreamID, ErrCode: f.ErrCode}:
+			default:
 			}
 		case *http2.RSTStreamFrame:
 			c.resets <- *f

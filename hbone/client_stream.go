@@ -115,7 +115,7 @@ type ClientStream struct {
 	pool *Pool
 	pc   *poolConn
 	c    *clientConn
-	id   uint32 // HTTP/2 stream ID
+	id   uint32        // HTTP/2 stream ID
 	resp chan struct{} // closed when the response HEADERS came or the stream failed first
 
 	readCond sync.Cond  // L = &c.mu; data, EOF or an error arrived

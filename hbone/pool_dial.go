@@ -80,4 +80,3 @@ func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*tls.Con
 	}
 	return tc, bc, nil
 }
-
