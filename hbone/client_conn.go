@@ -233,78 +233,28 @@ func (c *clientConn) maxDataLocked() int64 {
 // readLoop reads frames until the connection ends, then tears it down.
 func (c *clientConn) readLoop() {
 	defer close(c.readerDone)
-	fr := http2.NewFramer(nil, c.tc)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.MaxHeaderListSize = poolMaxHeaderList
-	fr.SetMaxReadFrameSize(poolMaxFrame)
-	c.teardown(c.readFrames(fr))
+	c.teardown(h2readFrames(newH2ReadFramer(c.tc, poolMaxHeaderList, poolMaxFrame), c, &c.lastRead))
 }
 
-func (c *clientConn) readFrames(fr *http2.Framer) error {
-	for first := true; ; first = false {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) && !first {
-				if err := c.onStreamError(se); err != nil {
-					return err
-				}
-				continue
-			}
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				reason := "malformed frame"
-				if d := fr.ErrorDetail(); d != nil {
-					reason = d.Error()
-				}
-				return h2connErr(http2.ErrCode(ce), reason)
-			}
-			if errors.Is(err, http2.ErrFrameTooLarge) {
-				return h2connErr(http2.ErrCodeFrameSize, "frame larger than our SETTINGS_MAX_FRAME_SIZE")
-			}
-			return err
-		}
-		c.lastRead.Store(time.Now().UnixNano())
-		if sf, ok := f.(*http2.SettingsFrame); first && (!ok || sf.IsAck()) {
-			return h2connErr(http2.ErrCodeProtocol, "peer did not start with a SETTINGS frame (not HTTP/2?)")
-		}
-		if err := c.onFrame(f); err != nil {
-			return err
-		}
-	}
-}
-
-func (c *clientConn) onFrame(f http2.Frame) error {
-	switch f := f.(type) {
-	case *http2.DataFrame:
-		return c.onData(f)
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
-	case *http2.WindowUpdateFrame:
-		return c.onWindowUpdate(f)
-	case *http2.RSTStreamFrame:
-		return c.onRSTStream(f)
-	case *http2.SettingsFrame:
-		return c.onSettings(f)
-	case *http2.PingFrame:
-		if f.IsAck() {
-			return nil // lastRead already says the peer is alive
-		}
-		c.write(func(o *h2out) error { return o.fr.WritePing(true, f.Data) })
-		return nil
-	case *http2.GoAwayFrame:
-		return c.onGoAway(f)
-	case *http2.PushPromiseFrame:
-		return h2connErr(http2.ErrCodeProtocol, "PUSH_PROMISE, but we disabled push")
-	default:
-		return nil // PRIORITY, PRIORITY_UPDATE, unknown types: ignored
-	}
+func (c *clientConn) onPing(f *http2.PingFrame) error {
+	c.write(func(o *h2out) error { return o.fr.WritePing(true, f.Data) })
+	return nil
 }
 
 // idleLocked reports whether id is a stream we never opened: a server
 // may not open streams (push is off), nor touch one we did not open yet.
 func (c *clientConn) idleLocked(id uint32) bool {
 	return id%2 == 0 || id >= c.nextID
+}
+
+// unknownLocked is the answer to a frame of what on stream id, which is
+// not in the table: a connection error if we never opened it, nothing if
+// it ended (frames may cross our RST_STREAM or END_STREAM).
+func (c *clientConn) unknownLocked(id uint32, what string) error {
+	if c.idleLocked(id) {
+		return h2connErr(http2.ErrCodeProtocol, what+" on a stream we did not open")
+	}
+	return nil
 }
 
 func (c *clientConn) onSettings(f *http2.SettingsFrame) error {
@@ -378,12 +328,9 @@ func (c *clientConn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	}
 	st := c.streams[f.StreamID]
 	if st == nil {
-		idle := c.idleLocked(f.StreamID)
+		err := c.unknownLocked(f.StreamID, "WINDOW_UPDATE")
 		c.mu.Unlock()
-		if idle {
-			return h2connErr(http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream")
-		}
-		return nil // a stream that ended; updates may cross our END_STREAM
+		return err
 	}
 	st.sendWin += inc
 	c.sendCond.Broadcast()
@@ -400,12 +347,9 @@ func (c *clientConn) onRSTStream(f *http2.RSTStreamFrame) error {
 	c.mu.Lock()
 	st := c.streams[f.StreamID]
 	if st == nil {
-		idle := c.idleLocked(f.StreamID)
+		err := c.unknownLocked(f.StreamID, "RST_STREAM")
 		c.mu.Unlock()
-		if idle {
-			return h2connErr(http2.ErrCodeProtocol, "RST_STREAM on an idle stream")
-		}
-		return nil
+		return err
 	}
 	var credit int64
 	switch {
@@ -450,12 +394,9 @@ func (c *clientConn) onHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	st := c.streams[f.StreamID]
 	if st == nil {
-		idle := c.idleLocked(f.StreamID)
+		err := c.unknownLocked(f.StreamID, "HEADERS")
 		c.mu.Unlock()
-		if idle {
-			return h2connErr(http2.ErrCodeProtocol, "HEADERS on a stream we did not open")
-		}
-		return nil // a stream we reset or closed
+		return err
 	}
 	if f.Truncated {
 		c.mu.Unlock()
@@ -510,16 +451,13 @@ func (c *clientConn) onData(f *http2.DataFrame) error {
 	code := http2.ErrCodeProtocol
 	switch {
 	case st == nil:
-		if c.idleLocked(f.StreamID) {
-			c.mu.Unlock()
-			return h2connErr(http2.ErrCodeProtocol, "DATA on a stream we did not open")
-		}
 		// A stream we reset or closed: in-flight DATA is dropped and its
 		// connection credit given back.
+		err := c.unknownLocked(f.StreamID, "DATA")
 		conn := c.connCreditLocked(n)
 		c.mu.Unlock()
 		c.sendWindowUpdates(0, 0, conn)
-		return nil
+		return err
 	case !st.respDone:
 		streamErr = errors.New("hbone: DATA before the response HEADERS")
 	case st.recvClosed:
@@ -608,9 +546,19 @@ func (c *clientConn) resetStream(st *ClientStream, code http2.ErrCode, err error
 	send := !st.reset && !(st.sendClosed && st.recvClosed) && c.err == nil
 	conn := c.connCreditLocked(c.failLocked(st, err))
 	c.mu.Unlock()
-	c.writeLocked(func(o *h2out) error {
+	c.writeResetLocked(st.id, send, code, conn)
+}
+
+// writeResetLocked writes RST_STREAM(code) on id if send, and the
+// connection WINDOW_UPDATE for what the reset dropped if conn > 0. The
+// caller holds wmu.
+func (c *clientConn) writeResetLocked(id uint32, send bool, code http2.ErrCode, conn uint32) error {
+	if !send && conn == 0 {
+		return nil
+	}
+	return c.writeLocked(func(o *h2out) error {
 		if send {
-			if err := o.fr.WriteRSTStream(st.id, code); err != nil {
+			if err := o.fr.WriteRSTStream(id, code); err != nil {
 				return err
 			}
 		}

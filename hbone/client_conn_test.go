@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
@@ -23,27 +24,15 @@ func TestClientIdleStreamsHoldNothing(t *testing.T) {
 	peer := newClientFramePeer(t, pki, nil)
 	pool := newClientTestPool(t, pki, func(o *PoolOptions) { o.MaxStreamsPerConn = n + 1 })
 	// The first stream brings up the connection and its reader.
-	first, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Close()
+	clientConnect(t, pool, peer.addr)
 	c := peer.nextConn(t)
 	clientRecv(t, c.streams, "the first stream")
 	runtime.GC()
 	before := runtime.NumGoroutine()
 
 	streams := make([]*ClientStream, 0, n)
-	defer func() {
-		for _, s := range streams {
-			s.Close()
-		}
-	}()
 	for range n {
-		s, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := clientConnect(t, pool, peer.addr)
 		streams = append(streams, s)
 		id := clientRecv(t, c.streams, "a stream")
 		if id != s.id {
@@ -88,11 +77,7 @@ func TestClientWindowUpdates(t *testing.T) {
 	pki := newClientTestPKI(t)
 	peer := newClientFramePeer(t, pki, nil)
 	pool := newClientTestPool(t, pki, nil)
-	s, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := clientConnect(t, pool, peer.addr)
 	c := peer.nextConn(t)
 	id := clientRecv(t, c.streams, "the stream")
 	const frame = 1 << 20
@@ -134,11 +119,7 @@ func TestClientPeerLowersStreamLimit(t *testing.T) {
 	pki := newClientTestPKI(t)
 	peer := newClientFramePeer(t, pki, nil)
 	pool := newClientTestPool(t, pki, nil)
-	s1, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s1.Close()
+	clientConnect(t, pool, peer.addr)
 	c1 := peer.nextConn(t)
 	clientRecv(t, c1.streams, "the first stream")
 	clientRecv(t, c1.settingsAck, "the ACK of the peer's first SETTINGS")
@@ -146,11 +127,7 @@ func TestClientPeerLowersStreamLimit(t *testing.T) {
 		return c1.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1})
 	})
 	clientRecv(t, c1.settingsAck, "the ACK of the lower limit")
-	s2, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	clientConnect(t, pool, peer.addr)
 	c2 := peer.nextConn(t)
 	clientRecv(t, c2.streams, "the second stream, on a new connection")
 	if st := pool.Stats(); st.ConnsOpened != 2 {
@@ -164,30 +141,18 @@ func TestClientStreamIDsRunOut(t *testing.T) {
 	pki := newClientTestPKI(t)
 	peer := newClientFramePeer(t, pki, nil)
 	pool := newClientTestPool(t, pki, nil)
-	s1, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s1.Close()
+	s1 := clientConnect(t, pool, peer.addr)
 	c1 := peer.nextConn(t)
 	clientRecv(t, c1.streams, "the first stream")
 	cc := s1.c
 	cc.mu.Lock()
 	cc.nextID = clientMaxStreamID // the last odd ID
 	cc.mu.Unlock()
-	s2, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	clientConnect(t, pool, peer.addr)
 	if id := clientRecv(t, c1.streams, "the last stream ID"); id != clientMaxStreamID {
 		t.Fatalf("stream %d, want %d", id, clientMaxStreamID)
 	}
-	s3, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s3.Close()
+	clientConnect(t, pool, peer.addr)
 	c2 := peer.nextConn(t)
 	if id := clientRecv(t, c2.streams, "a stream on a new connection"); id != 1 {
 		t.Fatalf("stream %d on the new connection, want 1", id)
@@ -246,11 +211,7 @@ func TestClientHostileFrames(t *testing.T) {
 			var streams []*ClientStream
 			var ids []uint32
 			for range 5 {
-				s, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
+				s := clientConnect(t, pool, peer.addr)
 				if c == nil {
 					c = peer.nextConn(t)
 				}
@@ -271,11 +232,7 @@ func TestClientHostileFrames(t *testing.T) {
 			if _, err := io.ReadAll(streams[0]); err == nil {
 				t.Error("stream of the broken connection ended cleanly")
 			}
-			s2, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-			if err != nil {
-				t.Fatal(err)
-			}
-			s2.Close()
+			clientConnect(t, pool, peer.addr).Close()
 			if st := pool.Stats(); st.ConnsOpened != 2 {
 				t.Errorf("ConnsOpened %d, want 2", st.ConnsOpened)
 			}
@@ -315,11 +272,7 @@ func TestClientStreamErrors(t *testing.T) {
 			pki := newClientTestPKI(t)
 			peer := newClientFramePeer(t, pki, nil)
 			pool := newClientTestPool(t, pki, nil)
-			s, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := clientConnect(t, pool, peer.addr)
 			c := peer.nextConn(t)
 			id := clientRecv(t, c.streams, "the stream")
 			if err := c.write(func() error { return tt.send(c, id) }); err != nil {
@@ -329,12 +282,11 @@ func TestClientStreamErrors(t *testing.T) {
 			if rst.StreamID != id || rst.ErrCode != tt.code {
 				t.Errorf("RST_STREAM stream %d %v, want stream %d %v", rst.StreamID, rst.ErrCode, id, tt.code)
 			}
-			// The connection is fine: the next stream goes on it.
-			s2, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-			if err != nil {
-				t.Fatal(err)
+			if _, err := s.Write([]byte("x")); err == nil {
+				t.Error("Write on the reset stream succeeded")
 			}
-			s2.Close()
+			// The connection is fine: the next stream goes on it.
+			clientConnect(t, pool, peer.addr).Close()
 			clientRecv(t, c.streams, "the next stream on the same connection")
 			select {
 			case ga := <-c.goAways:
@@ -439,4 +391,16 @@ func FuzzClientFrames(f *testing.F) {
 		c.Close()
 		clientRecv(t, drained, "the connection to close")
 	})
+}
+
+// clientConnect opens a stream through pool to the peer at addr, closed
+// at cleanup.
+func clientConnect(t testing.TB, pool *Pool, addr netip.AddrPort) *ClientStream {
+	t.Helper()
+	s, err := pool.Connect(clientCtx(t), clientTestRequest(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -365,20 +365,7 @@ func (s *ClientStream) close(code http2.ErrCode) error {
 	s.closed = true
 	conn := c.connCreditLocked(c.failLocked(s, errClientStreamClosed))
 	c.mu.Unlock()
-	if !send && conn == 0 {
-		return nil
-	}
-	return c.writeLocked(func(o *h2out) error {
-		if send {
-			if err := o.fr.WriteRSTStream(s.id, code); err != nil {
-				return err
-			}
-		}
-		if conn > 0 {
-			return o.fr.WriteWindowUpdate(0, conn)
-		}
-		return nil
-	})
+	return c.writeResetLocked(s.id, send, code, conn)
 }
 
 // releaseLocked reports whether the pool slot is to be given back now:

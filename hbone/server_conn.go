@@ -14,7 +14,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
 )
 
 // srvConn is one HTTP/2 connection of the server. Its goroutines: the read
@@ -152,72 +151,20 @@ func (c *srvConn) readLoop() error {
 	}
 	c.tc.SetReadDeadline(time.Time{})
 
-	fr := http2.NewFramer(nil, c.tc)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	fr.MaxHeaderListSize = srvMaxHeaderList
-	fr.SetMaxReadFrameSize(srvMaxFrameSize)
-	for first := true; ; first = false {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				if err := c.onStreamError(se); err != nil {
-					return err
-				}
-				continue
-			}
-			var ce http2.ConnectionError
-			if errors.As(err, &ce) {
-				reason := "malformed frame"
-				if d := fr.ErrorDetail(); d != nil {
-					reason = d.Error()
-				}
-				return h2connErr(http2.ErrCode(ce), reason)
-			}
-			if errors.Is(err, http2.ErrFrameTooLarge) {
-				return h2connErr(http2.ErrCodeFrameSize, "frame larger than our SETTINGS_MAX_FRAME_SIZE")
-			}
-			return err
-		}
-		c.lastRead.Store(time.Now().UnixNano())
-		if sf, ok := f.(*http2.SettingsFrame); first && (!ok || sf.IsAck()) {
-			return h2connErr(http2.ErrCodeProtocol, "first frame is not SETTINGS")
-		}
-		if err := c.onFrame(f); err != nil {
-			return err
-		}
-	}
+	return h2readFrames(newH2ReadFramer(c.tc, srvMaxHeaderList, srvMaxFrameSize), c, &c.lastRead)
 }
 
-func (c *srvConn) onFrame(f http2.Frame) error {
-	switch f := f.(type) {
-	case *http2.DataFrame:
-		return c.onData(f)
-	case *http2.MetaHeadersFrame:
-		return c.onHeaders(f)
-	case *http2.WindowUpdateFrame:
-		return c.onWindowUpdate(f)
-	case *http2.RSTStreamFrame:
-		return c.onRSTStream(f)
-	case *http2.SettingsFrame:
-		return c.onSettings(f)
-	case *http2.PingFrame:
-		if f.IsAck() {
-			return nil // lastRead already says the peer is alive
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.queueControlLocked(h2frame{kind: h2Ping, end: true, ping: f.Data})
-	case *http2.GoAwayFrame:
-		if f.ErrCode != http2.ErrCodeNo {
-			c.log.Debug("peer sent GOAWAY", "code", f.ErrCode, "debug", string(f.DebugData()))
-		}
-		return nil
-	case *http2.PushPromiseFrame:
-		return h2connErr(http2.ErrCodeProtocol, "PUSH_PROMISE from a client")
-	default:
-		return nil // PRIORITY, PRIORITY_UPDATE, unknown types: ignored
+func (c *srvConn) onPing(f *http2.PingFrame) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queueControlLocked(h2frame{kind: h2Ping, end: true, ping: f.Data})
+}
+
+func (c *srvConn) onGoAway(f *http2.GoAwayFrame) error {
+	if f.ErrCode != http2.ErrCodeNo {
+		c.log.Debug("peer sent GOAWAY", "code", f.ErrCode, "debug", string(f.DebugData()))
 	}
+	return nil
 }
 
 // onStreamError handles a frame the Framer found malformed for one stream
