@@ -24,15 +24,19 @@
 //     RST_STREAM(CANCEL) if it was still open, which the peer reads as a
 //     clean end.
 //
-// The client is net/http's HTTP/2 client, which can reset a stream only
-// with CANCEL; ClientStream.Reset therefore writes its RST_STREAM itself,
-// between two of the transport's frames (pool_frames.go).
+// Both sides are our own HTTP/2 on x/net/http2's Framer and hpack, with
+// one frame-reading loop (h2read.go). The client (client_conn.go,
+// client_stream.go) has one reader goroutine per connection and nothing
+// per stream: HEADERS, DATA, RST_STREAM, WINDOW_UPDATE and ACKs are
+// written by the goroutine that causes them, under the connection's write
+// lock; Write sends DATA straight from the caller's buffer, blocking on
+// the peer's windows; a PING timer replaces a keepalive goroutine.
 //
 // Throughput: both sides put a batchConn under crypto/tls (h2batch.go),
-// so the TLS records of one HTTP/2 flush leave in one write(2); the
-// server keeps received DATA in pooled chunks (server_recvbuf.go) and a
-// stream's Write writes its DATA itself when the connection's writer is
-// idle. PoolOptions.ConnsPerKey spreads busy flows over a few connections
+// so the TLS records of one HTTP/2 flush leave in one write(2); both keep
+// received DATA in pooled chunks (server_recvbuf.go) that an idle stream
+// does not hold, and credit it back as it is read; a server stream's
+// Write writes its DATA itself when the connection's writer is idle. PoolOptions.ConnsPerKey spreads busy flows over a few connections
 // (pool.go, invariant 7). Benchmarks: pool_bench_test.go.
 //
 // A Request exposes what the server logs: PeerIdentity, TraceID (from

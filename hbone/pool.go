@@ -53,9 +53,9 @@ import (
 // Defaults of PoolOptions, and the HTTP/2 health check of hbone-wire.md.
 const (
 	// DefaultMaxStreamsPerConn is ztunnel's default: enough streams to
-	// amortize a handshake, few enough that one connection's reader and
-	// writer goroutines (the throughput ceiling, field-notes.md) are not
-	// shared by too many flows.
+	// amortize a handshake, few enough that one connection's reader
+	// goroutine and write lock (the throughput ceiling, field-notes.md)
+	// are not shared by too many flows.
 	DefaultMaxStreamsPerConn = 100
 	// DefaultIdleTimeout is ztunnel's pool idle timeout.
 	DefaultIdleTimeout = 5 * time.Minute
@@ -94,7 +94,7 @@ type PoolOptions struct {
 	MaxStreamsPerConn int
 	// ConnsPerKey spreads flows of one key over up to this many
 	// connections while they are busy (invariant 7 at the top of pool.go):
-	// one connection's reader and writer goroutines bound its throughput,
+	// one connection's reader goroutine and write lock bound its throughput,
 	// so concurrent bulk flows go faster on several. Default 1 (pack
 	// streams, ztunnel's behaviour); at most MaxConnsPerKey.
 	ConnsPerKey int
