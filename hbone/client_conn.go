@@ -147,7 +147,9 @@ func (c *clientConn) start() error {
 		}
 		return o.fr.WriteWindowUpdate(0, poolConnWindow-h2defaultWindow)
 	})
+	c.mu.Lock() // keepalive reads pingTimer under mu
 	c.pingTimer = time.AfterFunc(c.pingAfter, c.keepalive)
+	c.mu.Unlock()
 	go c.readLoop()
 	return err
 }
@@ -686,10 +688,10 @@ func (c *clientConn) teardown(cause error) {
 		close(c.settingsDone)
 	}
 	c.sendCond.Broadcast()
-	c.mu.Unlock()
 	if c.pingTimer != nil {
 		c.pingTimer.Stop()
 	}
+	c.mu.Unlock()
 	c.bc.Close()
 	c.onState()
 }
