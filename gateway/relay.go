@@ -61,7 +61,7 @@ func putRelayBuf(bp *[]byte) {
 
 // readWaiter is the optional ability of a source to block until a Read
 // would not block, without a buffer (netstack.Conn has it; kernel TCP
-// connections get it from readWaiterOf).
+// connections wait in the Go poller instead, see readTCPPooled).
 type readWaiter interface {
 	WaitRead() error
 }
@@ -118,8 +118,8 @@ func relay(a, b conn) relayResult {
 // copyHalf copies src to dst until src's EOF, then ends dst's write side.
 //
 // An idle direction holds no large buffer. When src can wait for
-// readiness (netstack and kernel TCP), copyHalf waits first, then takes a
-// pooled buffer for one read and its write. Otherwise (HBONE streams) it
+// readiness (netstack and kernel TCP, see pooledReaderOf), copyHalf waits
+// first, then takes a pooled buffer for one read and its write. Otherwise (HBONE streams) it
 // reads into a small buffer of its own, and only a read that fills it
 // switches to pooled buffers, kept while reads keep filling them: a short
 // read means src is drained, so the next read goes back to the small
@@ -127,7 +127,7 @@ func relay(a, b conn) relayResult {
 // goes idle keeps it until the next data; that is the one case where an
 // idle direction holds one.
 func copyHalf(dst, src conn) (int64, error) {
-	wait := readWaiterOf(src)
+	pooled := pooledReaderOf(src)
 	var (
 		small []byte // allocated on first use: a waiting source never needs it
 		hot   bool   // the last read filled its buffer: more data is likely queued
@@ -141,22 +141,22 @@ func copyHalf(dst, src conn) (int64, error) {
 			rerr error
 		)
 		switch {
-		case wait != nil:
-			if err := wait(); err != nil {
-				return n, err
+		case pooled != nil:
+			bp, nr, rerr = pooled()
+			if bp != nil {
+				buf = *bp
 			}
-			bp = getRelayBuf()
-			buf = *bp
 		case hot:
 			bp = getRelayBuf()
 			buf = *bp
+			nr, rerr = src.Read(buf)
 		default:
 			if small == nil {
 				small = make([]byte, relaySmallSize)
 			}
 			buf = small
+			nr, rerr = src.Read(buf)
 		}
-		nr, rerr = src.Read(buf)
 		hot = nr == len(buf)
 		var werr error
 		if nr > 0 {
@@ -179,52 +179,74 @@ func copyHalf(dst, src conn) (int64, error) {
 	}
 }
 
-// readWaiterOf returns src's way to wait for readiness, or nil.
-func readWaiterOf(src conn) func() error {
+// pooledReaderOf returns, for a source that can wait for readiness
+// without a buffer (netstack and kernel TCP), a read that waits first and
+// then reads into a pooled buffer; it returns the buffer (nil if it took
+// none) with the read's result. nil for other sources.
+func pooledReaderOf(src conn) func() (*[]byte, int, error) {
 	switch c := src.(type) {
 	case readWaiter:
-		return c.WaitRead
+		return func() (*[]byte, int, error) {
+			if err := c.WaitRead(); err != nil {
+				return nil, 0, err
+			}
+			bp := getRelayBuf()
+			n, err := src.Read(*bp)
+			return bp, n, err
+		}
 	case *net.TCPConn:
 		rc, err := c.SyscallConn()
 		if err != nil {
 			return nil
 		}
-		return func() error { return waitTCPReadable(rc) }
+		return func() (*[]byte, int, error) { return readTCPPooled(rc) }
 	}
 	return nil
 }
 
-// waitTCPReadable blocks until a kernel TCP socket has data, a FIN or an
-// error pending, using the Go poller: a 1-byte MSG_PEEK consumes no data,
-// and EAGAIN parks the goroutine until the socket is readable. It costs one
-// syscall per read while data flows (≈ 1 µs against a 256 KiB copy).
-// A pending socket error (a RST) is reported once by the kernel, to
-// whichever call sees it first, so the peek's error is returned here: the
-// Read after it would see a plain EOF.
-func waitTCPReadable(rc syscall.RawConn) error {
+// readTCPPooled reads a kernel TCP socket into a pooled buffer taken only
+// for the read(2) itself: on EAGAIN the buffer goes back and the goroutine
+// parks in the Go poller until the socket is readable, so a waiting
+// direction holds none. One read(2) per chunk while data flows, two (EAGAIN,
+// then the read) after a wait. A zero-byte read is the peer's FIN (io.EOF);
+// a RST comes back as ECONNRESET.
+func readTCPPooled(rc syscall.RawConn) (*[]byte, int, error) {
 	var (
-		b    [1]byte
-		perr error
+		bp   *[]byte
+		n    int
+		rerr error
 	)
 	err := rc.Read(func(fd uintptr) bool {
+		if bp == nil {
+			bp = getRelayBuf()
+		}
 		for {
-			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			m, err := unix.Read(int(fd), *bp)
 			switch err {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
+				putRelayBuf(bp)
+				bp = nil
 				return false
 			case nil:
+				n = m
+				if m == 0 {
+					rerr = io.EOF
+				}
 			default:
-				perr = os.NewSyscallError("recv", err)
+				rerr = os.NewSyscallError("read", err)
 			}
 			return true
 		}
 	})
 	if err != nil {
-		return err
+		if bp != nil {
+			putRelayBuf(bp)
+		}
+		return nil, 0, err
 	}
-	return perr
+	return bp, n, rerr
 }
 
 func reset(c conn) {
