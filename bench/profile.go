@@ -53,15 +53,20 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 }
 
 // snapshotGateways writes the heap and goroutine profiles of both gateways
-// of p to cfg.Profile as <scenario>-<n>-<node>-{heap,goroutine}.pprof: what
-// holds the memory of the idle scenario's flows.
+// of p to cfg.Profile as <scenario>-<n>-<node>-{heap,goroutine}.pprof, and
+// the Go runtime's memory statistics as ...-memstats.txt: what holds the
+// memory of the idle scenario's flows.
 func (p *path) snapshotGateways(ctx context.Context) error {
 	e := p.e
 	e.profileSeq++
 	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
-		for _, kind := range []string{"heap", "goroutine"} {
-			file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s-%s.pprof", e.scenario, e.profileSeq, n.Name, kind))
-			if err := fetchProfile(ctx, n, kind, 0, file); err != nil {
+		for _, kind := range []struct{ what, file string }{
+			{"heap", "heap.pprof"},
+			{"goroutine", "goroutine.pprof"},
+			{"heap?debug=1", "memstats.txt"}, // ends with runtime.MemStats: stacks, heap in use, idle, released
+		} {
+			file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s-%s", e.scenario, e.profileSeq, n.Name, kind.file))
+			if err := fetchProfile(ctx, n, kind.what, 0, file); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.out, "   profile: %s\n", file)
