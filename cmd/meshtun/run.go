@@ -115,6 +115,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 			ready = nil
 			notify(sd, log, "READY=1", "STATUS=serving, config "+*path)
 		case <-hup:
+			if draining == nil {
+				log.Warn("reload ignored: draining")
+				continue
+			}
 			if ready != nil { // before READY=1 systemd expects no reload protocol
 				reload(*path, g, log)
 				continue
