@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,27 +30,31 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 	e.profileSeq++
 	secs := e.cfg.ProfileSeconds
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs error
+		wg    sync.WaitGroup
+		files []string
+		errs  = make([]error, 2)
 	)
-	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
+	for i, n := range []*topo.Node{p.tp.A, p.tp.B} {
 		file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s.pprof", e.scenario, e.profileSeq, n.Name))
+		files = append(files, file)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fetchProfile(ctx, n, fmt.Sprintf("profile?seconds=%d", secs), secs, file); err != nil {
-				mu.Lock()
-				if errs == nil {
-					errs = err
-				}
-				mu.Unlock()
-				return
-			}
-			fmt.Fprintf(e.out, "   profile: %s\n", file)
+			errs[i] = fetchProfile(ctx, n, fmt.Sprintf("profile?seconds=%d", secs), secs, file)
 		}()
 	}
-	return func() error { wg.Wait(); return errs }
+	// The progress is written here, by the measuring goroutine, never by
+	// the fetchers: e.out is not safe for concurrent writes.
+	return func() error {
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(e.out, "   profile: %s\n", f)
+		}
+		return nil
+	}
 }
 
 // snapshotGateways writes the heap and goroutine profiles of both gateways
