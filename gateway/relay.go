@@ -75,18 +75,31 @@ type relayResult struct {
 	Err error
 }
 
-// relay copies a → b and b → a until both directions are done, keeping TCP
-// half-close intact: an EOF read from one side becomes CloseWrite on the
-// other, and the opposite direction keeps flowing. An error in either
+// relayCounters, where set, are added each direction's bytes as they are
+// written (the live byte counters of the metrics).
+type relayCounters struct {
+	aToB, bToA *atomic.Uint64
+}
+
+// startRelay copies a → b and b → a until both directions are done, keeping
+// TCP half-close intact: an EOF read from one side becomes CloseWrite on
+// the other, and the opposite direction keeps flowing. An error in either
 // direction resets both sides (so a RST on one end becomes a RST, or a
-// stream reset, on the other) and ends the relay. Both sides are closed
-// when relay returns. This is the only place half-close is handled; the
-// inbound and the outbound paths both use it.
-func relay(a, b conn) relayResult {
+// stream reset, on the other) and ends the relay. When both directions are
+// done, both sides are closed and done is called with the result. This is
+// the only place half-close is handled; the inbound and the outbound paths
+// both use it.
+//
+// startRelay returns at once: each direction runs in a goroutine of its
+// own, started with a small stack, so the handler's goroutine (which grew
+// its stack setting the flow up: routing, dialling, a TLS handshake) ends
+// instead of waiting out the flow's life. An idle flow then costs two
+// goroutines, not three.
+func startRelay(a, b conn, ctr relayCounters, done func(relayResult)) {
 	var (
 		res  relayResult
 		once sync.Once
-		wg   sync.WaitGroup
+		left atomic.Int32 // directions still running; the last one finishes
 	)
 	// The first error is the cause; the other direction then fails only
 	// because abort closed its connections.
@@ -97,22 +110,38 @@ func relay(a, b conn) relayResult {
 			reset(b)
 		})
 	}
-	wg.Add(1)
+	finish := func() {
+		if left.Add(-1) != 0 {
+			return
+		}
+		a.Close()
+		b.Close()
+		done(res)
+	}
+	left.Store(2)
 	go func() {
-		defer wg.Done()
-		var err error
-		if res.AToB, err = copyHalf(b, a); err != nil {
+		n, err := copyHalf(b, a, ctr.aToB)
+		res.AToB = n
+		if err != nil {
 			abort(err)
 		}
+		finish()
 	}()
-	var err error
-	if res.BToA, err = copyHalf(a, b); err != nil {
-		abort(err)
-	}
-	wg.Wait()
-	a.Close()
-	b.Close()
-	return res
+	go func() {
+		n, err := copyHalf(a, b, ctr.bToA)
+		res.BToA = n
+		if err != nil {
+			abort(err)
+		}
+		finish()
+	}()
+}
+
+// relay is startRelay that waits for the result.
+func relay(a, b conn) relayResult {
+	ch := make(chan relayResult, 1)
+	startRelay(a, b, relayCounters{}, func(r relayResult) { ch <- r })
+	return <-ch
 }
 
 // copyHalf copies src to dst until src's EOF, then ends dst's write side.
@@ -126,7 +155,9 @@ func relay(a, b conn) relayResult {
 // buffer. A read that exactly fills the pooled buffer just before src
 // goes idle keeps it until the next data; that is the one case where an
 // idle direction holds one.
-func copyHalf(dst, src conn) (int64, error) {
+//
+// live, if not nil, is added the bytes as they are written.
+func copyHalf(dst, src conn, live *atomic.Uint64) (int64, error) {
 	pooled := pooledReaderOf(src)
 	var (
 		small []byte // allocated on first use: a waiting source never needs it
@@ -163,6 +194,9 @@ func copyHalf(dst, src conn) (int64, error) {
 			var nw int
 			nw, werr = dst.Write(buf[:nr])
 			n += int64(nw)
+			if live != nil && nw > 0 {
+				live.Add(uint64(nw))
+			}
 		}
 		if bp != nil {
 			putRelayBuf(bp)
