@@ -24,13 +24,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestTinyBench runs every scenario once at tiny sizes through the real
-// harness (two topologies, two gateways, the helper, iperf3 if present),
-// so that `make bench` cannot rot. It checks behaviour only: every
-// scenario produced numbers on both paths, the tables and the targets
-// were printed, the JSON parses, nothing failed and nothing is left
-// behind. Never a time or a throughput.
-func TestTinyBench(t *testing.T) {
+// testConfig skips without namespaces, builds meshtun into a temp dir and
+// returns the default config on it and the examples, with that dir.
+func testConfig(t *testing.T) (Config, string) {
+	t.Helper()
 	if err := topo.Available(); err != nil {
 		t.Skipf("the bench needs namespaces: %v", err)
 	}
@@ -42,6 +39,17 @@ func TestTinyBench(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Bin = bin
 	cfg.Examples = filepath.Join("..", "examples", "two-nodes")
+	return cfg, dir
+}
+
+// TestTinyBench runs every scenario once at tiny sizes through the real
+// harness (two topologies, two gateways, the helper, iperf3 if present),
+// so that `make bench` cannot rot. It checks behaviour only: every
+// scenario produced numbers on both paths, the tables and the targets
+// were printed, the JSON parses, nothing failed and nothing is left
+// behind. Never a time or a throughput.
+func TestTinyBench(t *testing.T) {
+	cfg, dir := testConfig(t)
 	cfg.Runs = 1
 	cfg.Bulk = 4 << 20
 	cfg.Conns = 100
@@ -172,17 +180,7 @@ func newNames(before, after map[string]bool) []string {
 // TestBenchProfile checks -profile: one CPU profile per gateway per pair
 // measurement, each a gzip-compressed pprof protobuf.
 func TestBenchProfile(t *testing.T) {
-	if err := topo.Available(); err != nil {
-		t.Skipf("the bench needs namespaces: %v", err)
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "meshtun")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/meshtun").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cfg := DefaultConfig()
-	cfg.Bin = bin
-	cfg.Examples = filepath.Join("..", "examples", "two-nodes")
+	cfg, dir := testConfig(t)
 	cfg.Scenarios = []string{"conn1ip"}
 	cfg.Runs = 1
 	cfg.Conns = 50

@@ -32,7 +32,7 @@ func iperfScenario(ctx context.Context, e *env) ([]*Figure, error) {
 		for _, p := range e.order(run) {
 			var iperfCPU float64
 			r, err := p.measure(func() (float64, float64, error) {
-				res, err := iperfClient(ctx, p, e.cfg.Bulk)
+				res, err := iperfClient(ctx, p, max(e.cfg.Bulk, iperfMinBytes))
 				if err != nil {
 					return 0, 0, err
 				}
@@ -76,6 +76,11 @@ type iperfResult struct {
 	bitsPerSec, bytes, cpu float64
 }
 
+// iperfMinBytes is the least iperf3 is asked to send: a transfer of a few
+// milliseconds (the tiny bench's 4 MiB over the veth) can end before
+// iperf3's receiver reports it, and the summary then says 0 bytes.
+const iperfMinBytes = 64 << 20
+
 // iperfClient sends n bytes with iperf3 from node A to node B's workload
 // address and reads its JSON summary.
 func iperfClient(ctx context.Context, p *path, n int64) (iperfResult, error) {
@@ -90,6 +95,10 @@ func iperfClient(ctx context.Context, p *path, n int64) (iperfResult, error) {
 				Seconds       float64 `json:"seconds"`
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
+			SumSent struct {
+				Bytes   float64 `json:"bytes"`
+				Seconds float64 `json:"seconds"`
+			} `json:"sum_sent"`
 			CPU struct {
 				HostTotal   float64 `json:"host_total"`
 				RemoteTotal float64 `json:"remote_total"`
@@ -105,7 +114,7 @@ func iperfClient(ctx context.Context, p *path, n int64) (iperfResult, error) {
 	}
 	s := res.End.SumReceived
 	if s.Bytes <= 0 || s.Seconds <= 0 {
-		return iperfResult{}, fmt.Errorf("bench: iperf3 reported no transfer")
+		return iperfResult{}, fmt.Errorf("bench: iperf3 reported no transfer received (sent %.0f bytes in %.3f s)", res.End.SumSent.Bytes, res.End.SumSent.Seconds)
 	}
 	return iperfResult{
 		bitsPerSec: s.BitsPerSecond,

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,39 +30,48 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 	e.profileSeq++
 	secs := e.cfg.ProfileSeconds
 	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs error
+		wg    sync.WaitGroup
+		files []string
+		errs  = make([]error, 2)
 	)
-	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
+	for i, n := range []*topo.Node{p.tp.A, p.tp.B} {
 		file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s.pprof", e.scenario, e.profileSeq, n.Name))
+		files = append(files, file)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fetchProfile(ctx, n, fmt.Sprintf("profile?seconds=%d", secs), secs, file); err != nil {
-				mu.Lock()
-				if errs == nil {
-					errs = err
-				}
-				mu.Unlock()
-				return
-			}
-			fmt.Fprintf(e.out, "   profile: %s\n", file)
+			errs[i] = fetchProfile(ctx, n, fmt.Sprintf("profile?seconds=%d", secs), secs, file)
 		}()
 	}
-	return func() error { wg.Wait(); return errs }
+	// The progress is written here, by the measuring goroutine, never by
+	// the fetchers: e.out is not safe for concurrent writes.
+	return func() error {
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		for _, f := range files {
+			fmt.Fprintf(e.out, "   profile: %s\n", f)
+		}
+		return nil
+	}
 }
 
 // snapshotGateways writes the heap and goroutine profiles of both gateways
-// of p to cfg.Profile as <scenario>-<n>-<node>-{heap,goroutine}.pprof: what
-// holds the memory of the idle scenario's flows.
+// of p to cfg.Profile as <scenario>-<n>-<node>-{heap,goroutine}.pprof, and
+// the Go runtime's memory statistics as ...-memstats.txt: what holds the
+// memory of the idle scenario's flows.
 func (p *path) snapshotGateways(ctx context.Context) error {
 	e := p.e
 	e.profileSeq++
 	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
-		for _, kind := range []string{"heap", "goroutine"} {
-			file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s-%s.pprof", e.scenario, e.profileSeq, n.Name, kind))
-			if err := fetchProfile(ctx, n, kind, 0, file); err != nil {
+		for _, kind := range []struct{ what, file string }{
+			{"heap", "heap.pprof"},
+			{"goroutine", "goroutine.pprof"},
+			{"heap?debug=1", "memstats.txt"}, // ends with runtime.MemStats: stacks, heap in use, idle, released
+		} {
+			file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s-%s", e.scenario, e.profileSeq, n.Name, kind.file))
+			if err := fetchProfile(ctx, n, kind.what, 0, file); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.out, "   profile: %s\n", file)

@@ -39,6 +39,7 @@ type flowLog struct {
 	sent, recv  int64 // bytes towards the destination, and back
 	err         error
 	metrics     *flowMetrics // set by openMetrics; emit counts the close
+	relayed     bool         // a relay carries the flow and ends it (Gateway.relay)
 }
 
 // openMetrics counts the flow as opened with labels l (metrics.go); emit

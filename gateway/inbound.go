@@ -15,12 +15,11 @@ import (
 // answer 200 only once the dial succeeded, then relay.
 func (g *Gateway) handleInbound(r *hbone.Request) {
 	g.flows.begin()
-	defer g.flows.end()
 	target := r.Target()
 	fl := &flowLog{direction: inbound, srcIdentity: r.PeerIdentity(), dst: target, dstIdentity: g.identity, start: time.Now()}
 	fl.src = inboundSource(r)
 	fl.traceID = r.TraceID()
-	defer fl.emit(g.accessLog)
+	defer g.endUnlessRelayed(fl)
 	fl.openMetrics(g.metrics, g.inboundLabels(r, fl.src))
 
 	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
@@ -54,12 +53,12 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 		return
 	}
 	open := g.trackInbound(snap, ac, s, tc.(*net.TCPConn))
-	defer g.untrackInbound(open)
-	res := relay(s, tc.(*net.TCPConn))
-	fl.sent, fl.recv, fl.err = res.AToB, res.BToA, res.Err
-	if err := open.deniedErr(); err != nil {
-		fl.flag, fl.err = flagDeny, err
-	}
+	g.relay(fl, s, tc.(*net.TCPConn), func(relayResult) {
+		g.untrackInbound(open)
+		if err := open.deniedErr(); err != nil {
+			fl.flag, fl.err = flagDeny, err
+		}
+	})
 }
 
 // checkInbound decides whether a CONNECT target may be served, and with

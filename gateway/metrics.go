@@ -31,10 +31,10 @@ import (
 //   - istio_tcp_sent_bytes_total: the bytes of the response direction,
 //     server → client (the access log's bytes_recv).
 //
-// Bytes are added when the flow ends, from the relay's totals: a
-// long-lived flow shows its bytes only once it closes. They go to the
-// series of the flow's opening labels (response_flags "-"), as ztunnel's
-// do; a flow that did not get through moved no bytes.
+// Bytes are added as the relay writes them (flowMetrics.relayCounters),
+// so a long-lived flow's bytes show while it runs. They go to the series
+// of the flow's opening labels (response_flags "-"), as ztunnel's do; a
+// flow that did not get through moved no bytes.
 //
 // Label values come from the configuration (workload names, service
 // hostnames) and from certificate identities, never from addresses or
@@ -143,6 +143,19 @@ type flowMetrics struct {
 	labels tcpLabels  // as opened (response_flags "-")
 	open   *tcpCounts // the series of labels
 	dir    int
+	live   bool // the relay adds the bytes as they flow (relayCounters)
+}
+
+// relayCounters hands the relay the byte counters of the flow's series, so
+// a long flow's bytes show while it runs; close then adds none. The client
+// side is the relay's a: a → b is the request (received), b → a the
+// response (sent), on both reporters.
+func (fm *flowMetrics) relayCounters() relayCounters {
+	if fm == nil {
+		return relayCounters{}
+	}
+	fm.live = true
+	return relayCounters{aToB: &fm.open.received, bToA: &fm.open.sent}
 }
 
 // openFlow counts a flow as opened and returns what closeFlow needs.
@@ -158,12 +171,13 @@ func (m *metrics) openFlow(direction string, l tcpLabels) *flowMetrics {
 }
 
 // close counts the flow as closed with its response flag ("" for none)
-// and adds its bytes: request is client → server, response back.
+// and adds its bytes, unless the relay counted them live: request is
+// client → server, response back.
 func (fm *flowMetrics) close(flag string, request, response int64) {
-	if request > 0 {
+	if request > 0 && !fm.live {
 		fm.open.received.Add(uint64(request))
 	}
-	if response > 0 {
+	if response > 0 && !fm.live {
 		fm.open.sent.Add(uint64(response))
 	}
 	closed := fm.open
@@ -259,9 +273,9 @@ var tcpFamilies = []struct {
 		func(c *tcpCounts) uint64 { return c.opened.Load() }},
 	{"istio_tcp_connections_closed_total", "The total number of TCP connections closed.",
 		func(c *tcpCounts) uint64 { return c.closed.Load() }},
-	{"istio_tcp_received_bytes_total", "The bytes received during request (client to server), counted when the connection closes.",
+	{"istio_tcp_received_bytes_total", "The bytes received during request (client to server), counted as they flow.",
 		func(c *tcpCounts) uint64 { return c.received.Load() }},
-	{"istio_tcp_sent_bytes_total", "The bytes sent during response (server to client), counted when the connection closes.",
+	{"istio_tcp_sent_bytes_total", "The bytes sent during response (server to client), counted as they flow.",
 		func(c *tcpCounts) uint64 { return c.sent.Load() }},
 }
 

@@ -2,16 +2,22 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone/devca"
 )
 
 // sample is one line of a text exposition.
@@ -361,5 +367,56 @@ func TestMetricsMethodNotAllowed(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("POST /metrics: %s, want 405", resp.Status)
+	}
+}
+
+// A metrics address that cannot be bound fails Run with the key's name,
+// as the other listeners do.
+func TestRunMetricsListenerInUse(t *testing.T) {
+	dir := t.TempDir()
+	ca, _, err := devca.LoadOrCreate(dir, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ca.WriteLeaf(dir, "node-a", testIDA); err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	path := filepath.Join(dir, "gateway.toml")
+	text := fmt.Sprintf(`version = 1
+[gateway]
+name = "node-a"
+[tls]
+cert = "node-a.pem"
+key = "node-a-key.pem"
+trust_bundle = "ca.pem"
+[hbone]
+listen = ""
+[admin]
+listen = ""
+readiness = ""
+metrics = %q
+`, busy.Addr().String())
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TUN.Name = "" // no device: only the listeners start
+	g, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = g.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "admin.metrics") {
+		t.Fatalf("Run with admin.metrics in use: %v, want an error naming admin.metrics", err)
 	}
 }

@@ -24,12 +24,12 @@ func (g *Gateway) handleOutbound(r *netstack.Request) {
 		return
 	}
 	g.flows.begin()
-	defer g.flows.end()
-
 	snap := g.snapshot() // this flow's config, router and policies, whatever a reload does meanwhile
 	plan := snap.router.Route(r.Dst(), snap.pickEndpoint)
 	fl := &flowLog{direction: outbound, src: r.Src(), srcIdentity: g.identity, dst: r.Dst(), start: time.Now()}
-	defer fl.emit(g.accessLog)
+	// The flow ends here unless a relay took it over (g.relay), which then
+	// ends it when both directions are done.
+	defer g.endUnlessRelayed(fl)
 
 	if plan.Kind != Deny {
 		fl.dst, fl.service = plan.Target, plan.Service
@@ -70,8 +70,7 @@ func (g *Gateway) handleOutbound(r *netstack.Request) {
 		fl.err = err
 		return
 	}
-	res := relay(c, stream)
-	fl.sent, fl.recv, fl.err = res.AToB, res.BToA, res.Err
+	g.relay(fl, c, stream, nil)
 }
 
 // outboundDirect carries a flow to a protocol TCP workload: a plain TCP
@@ -94,6 +93,35 @@ func (g *Gateway) outboundDirect(r *netstack.Request, plan Plan, fl *flowLog) {
 		fl.err = err
 		return
 	}
-	res := relay(c, tc.(*net.TCPConn))
-	fl.sent, fl.recv, fl.err = res.AToB, res.BToA, res.Err
+	g.relay(fl, c, tc.(*net.TCPConn), nil)
+}
+
+// relay hands flow fl over to a relay between its client side a and b:
+// from here the relay's goroutines carry it, and when both directions are
+// done, after, if not nil, runs with the result, then the flow is logged,
+// counted and ended (flows.end). The handler's goroutine returns.
+func (g *Gateway) relay(fl *flowLog, a, b conn, after func(relayResult)) {
+	fl.relayed = true
+	startRelay(a, b, fl.metrics.relayCounters(), func(res relayResult) {
+		fl.sent, fl.recv, fl.err = res.AToB, res.BToA, res.Err
+		if after != nil {
+			after(res)
+		}
+		g.endFlow(fl)
+	})
+}
+
+// endUnlessRelayed ends a flow whose handler returns without a relay (it
+// was refused or failed before any data).
+func (g *Gateway) endUnlessRelayed(fl *flowLog) {
+	if !fl.relayed {
+		g.endFlow(fl)
+	}
+}
+
+// endFlow writes the flow's access-log line and metrics, and ends it for
+// the drain.
+func (g *Gateway) endFlow(fl *flowLog) {
+	fl.emit(g.accessLog)
+	g.flows.end()
 }

@@ -61,7 +61,7 @@ func putRelayBuf(bp *[]byte) {
 
 // readWaiter is the optional ability of a source to block until a Read
 // would not block, without a buffer (netstack.Conn has it; kernel TCP
-// connections get it from readWaiterOf).
+// connections wait in the Go poller instead, see readTCPPooled).
 type readWaiter interface {
 	WaitRead() error
 }
@@ -75,18 +75,31 @@ type relayResult struct {
 	Err error
 }
 
-// relay copies a → b and b → a until both directions are done, keeping TCP
-// half-close intact: an EOF read from one side becomes CloseWrite on the
-// other, and the opposite direction keeps flowing. An error in either
+// relayCounters, where set, are added each direction's bytes as they are
+// written (the live byte counters of the metrics).
+type relayCounters struct {
+	aToB, bToA *atomic.Uint64
+}
+
+// startRelay copies a → b and b → a until both directions are done, keeping
+// TCP half-close intact: an EOF read from one side becomes CloseWrite on
+// the other, and the opposite direction keeps flowing. An error in either
 // direction resets both sides (so a RST on one end becomes a RST, or a
-// stream reset, on the other) and ends the relay. Both sides are closed
-// when relay returns. This is the only place half-close is handled; the
-// inbound and the outbound paths both use it.
-func relay(a, b conn) relayResult {
+// stream reset, on the other) and ends the relay. When both directions are
+// done, both sides are closed and done is called with the result. This is
+// the only place half-close is handled; the inbound and the outbound paths
+// both use it.
+//
+// startRelay returns at once: each direction runs in a goroutine of its
+// own, started with a small stack, so the handler's goroutine (which grew
+// its stack setting the flow up: routing, dialling, a TLS handshake) ends
+// instead of waiting out the flow's life. An idle flow then costs two
+// goroutines, not three.
+func startRelay(a, b conn, ctr relayCounters, done func(relayResult)) {
 	var (
 		res  relayResult
 		once sync.Once
-		wg   sync.WaitGroup
+		left atomic.Int32 // directions still running; the last one finishes
 	)
 	// The first error is the cause; the other direction then fails only
 	// because abort closed its connections.
@@ -97,37 +110,55 @@ func relay(a, b conn) relayResult {
 			reset(b)
 		})
 	}
-	wg.Add(1)
+	finish := func() {
+		if left.Add(-1) != 0 {
+			return
+		}
+		a.Close()
+		b.Close()
+		done(res)
+	}
+	left.Store(2)
 	go func() {
-		defer wg.Done()
-		var err error
-		if res.AToB, err = copyHalf(b, a); err != nil {
+		n, err := copyHalf(b, a, ctr.aToB)
+		res.AToB = n
+		if err != nil {
 			abort(err)
 		}
+		finish()
 	}()
-	var err error
-	if res.BToA, err = copyHalf(a, b); err != nil {
-		abort(err)
-	}
-	wg.Wait()
-	a.Close()
-	b.Close()
-	return res
+	go func() {
+		n, err := copyHalf(a, b, ctr.bToA)
+		res.BToA = n
+		if err != nil {
+			abort(err)
+		}
+		finish()
+	}()
+}
+
+// relay is startRelay that waits for the result.
+func relay(a, b conn) relayResult {
+	ch := make(chan relayResult, 1)
+	startRelay(a, b, relayCounters{}, func(r relayResult) { ch <- r })
+	return <-ch
 }
 
 // copyHalf copies src to dst until src's EOF, then ends dst's write side.
 //
 // An idle direction holds no large buffer. When src can wait for
-// readiness (netstack and kernel TCP), copyHalf waits first, then takes a
-// pooled buffer for one read and its write. Otherwise (HBONE streams) it
+// readiness (netstack and kernel TCP, see pooledReaderOf), copyHalf waits
+// first, then takes a pooled buffer for one read and its write. Otherwise (HBONE streams) it
 // reads into a small buffer of its own, and only a read that fills it
 // switches to pooled buffers, kept while reads keep filling them: a short
 // read means src is drained, so the next read goes back to the small
 // buffer. A read that exactly fills the pooled buffer just before src
 // goes idle keeps it until the next data; that is the one case where an
 // idle direction holds one.
-func copyHalf(dst, src conn) (int64, error) {
-	wait := readWaiterOf(src)
+//
+// live, if not nil, is added the bytes as they are written.
+func copyHalf(dst, src conn, live *atomic.Uint64) (int64, error) {
+	pooled := pooledReaderOf(src)
 	var (
 		small []byte // allocated on first use: a waiting source never needs it
 		hot   bool   // the last read filled its buffer: more data is likely queued
@@ -141,28 +172,31 @@ func copyHalf(dst, src conn) (int64, error) {
 			rerr error
 		)
 		switch {
-		case wait != nil:
-			if err := wait(); err != nil {
-				return n, err
+		case pooled != nil:
+			bp, nr, rerr = pooled()
+			if bp != nil {
+				buf = *bp
 			}
-			bp = getRelayBuf()
-			buf = *bp
 		case hot:
 			bp = getRelayBuf()
 			buf = *bp
+			nr, rerr = src.Read(buf)
 		default:
 			if small == nil {
 				small = make([]byte, relaySmallSize)
 			}
 			buf = small
+			nr, rerr = src.Read(buf)
 		}
-		nr, rerr = src.Read(buf)
 		hot = nr == len(buf)
 		var werr error
 		if nr > 0 {
 			var nw int
 			nw, werr = dst.Write(buf[:nr])
 			n += int64(nw)
+			if live != nil && nw > 0 {
+				live.Add(uint64(nw))
+			}
 		}
 		if bp != nil {
 			putRelayBuf(bp)
@@ -179,52 +213,74 @@ func copyHalf(dst, src conn) (int64, error) {
 	}
 }
 
-// readWaiterOf returns src's way to wait for readiness, or nil.
-func readWaiterOf(src conn) func() error {
+// pooledReaderOf returns, for a source that can wait for readiness
+// without a buffer (netstack and kernel TCP), a read that waits first and
+// then reads into a pooled buffer; it returns the buffer (nil if it took
+// none) with the read's result. nil for other sources.
+func pooledReaderOf(src conn) func() (*[]byte, int, error) {
 	switch c := src.(type) {
 	case readWaiter:
-		return c.WaitRead
+		return func() (*[]byte, int, error) {
+			if err := c.WaitRead(); err != nil {
+				return nil, 0, err
+			}
+			bp := getRelayBuf()
+			n, err := src.Read(*bp)
+			return bp, n, err
+		}
 	case *net.TCPConn:
 		rc, err := c.SyscallConn()
 		if err != nil {
 			return nil
 		}
-		return func() error { return waitTCPReadable(rc) }
+		return func() (*[]byte, int, error) { return readTCPPooled(rc) }
 	}
 	return nil
 }
 
-// waitTCPReadable blocks until a kernel TCP socket has data, a FIN or an
-// error pending, using the Go poller: a 1-byte MSG_PEEK consumes no data,
-// and EAGAIN parks the goroutine until the socket is readable. It costs one
-// syscall per read while data flows (≈ 1 µs against a 256 KiB copy).
-// A pending socket error (a RST) is reported once by the kernel, to
-// whichever call sees it first, so the peek's error is returned here: the
-// Read after it would see a plain EOF.
-func waitTCPReadable(rc syscall.RawConn) error {
+// readTCPPooled reads a kernel TCP socket into a pooled buffer taken only
+// for the read(2) itself: on EAGAIN the buffer goes back and the goroutine
+// parks in the Go poller until the socket is readable, so a waiting
+// direction holds none. One read(2) per chunk while data flows, two (EAGAIN,
+// then the read) after a wait. A zero-byte read is the peer's FIN (io.EOF);
+// a RST comes back as ECONNRESET.
+func readTCPPooled(rc syscall.RawConn) (*[]byte, int, error) {
 	var (
-		b    [1]byte
-		perr error
+		bp   *[]byte
+		n    int
+		rerr error
 	)
 	err := rc.Read(func(fd uintptr) bool {
+		if bp == nil {
+			bp = getRelayBuf()
+		}
 		for {
-			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			m, err := unix.Read(int(fd), *bp)
 			switch err {
 			case unix.EINTR:
 				continue
 			case unix.EAGAIN:
+				putRelayBuf(bp)
+				bp = nil
 				return false
 			case nil:
+				n = m
+				if m == 0 {
+					rerr = io.EOF
+				}
 			default:
-				perr = os.NewSyscallError("recv", err)
+				rerr = os.NewSyscallError("read", err)
 			}
 			return true
 		}
 	})
 	if err != nil {
-		return err
+		if bp != nil {
+			putRelayBuf(bp)
+		}
+		return nil, 0, err
 	}
-	return perr
+	return bp, n, rerr
 }
 
 func reset(c conn) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -224,4 +225,98 @@ func TestRelayIdleHoldsNoBuffer(t *testing.T) {
 				(int64(after.StackInuse)-int64(before.StackInuse))/flows)
 		})
 	}
+}
+
+// startRelay returns at once and carries each flow on exactly two
+// goroutines (one per direction), counts bytes live in its counters, and
+// calls done once, after both sides ended.
+func TestStartRelayTwoGoroutinesLiveCounts(t *testing.T) {
+	const flows = 20
+	msg := []byte("ping through the relay")
+	type flow struct {
+		app, target *net.TCPConn
+		up, down    atomic.Uint64
+		done        chan relayResult
+	}
+	fs := make([]*flow, flows)
+	for i := range fs {
+		f := &flow{done: make(chan relayResult, 2)}
+		var a, b *net.TCPConn
+		f.app, a = tcpPair(t)
+		b, f.target = tcpPair(t)
+		startRelay(a, b, relayCounters{aToB: &f.up, bToA: &f.down}, func(r relayResult) { f.done <- r })
+		got := make([]byte, len(msg))
+		for _, d := range []struct{ from, to *net.TCPConn }{{f.app, f.target}, {f.target, f.app}} {
+			if _, err := d.from.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(d.to, got); err != nil {
+				t.Fatalf("flow %d: %v", i, err)
+			}
+		}
+		fs[i] = f
+	}
+	// The counters are added right after each write returns, and relays
+	// of earlier tests end once their sockets' cleanup closed them: wait
+	// for both (bounded), then count the goroutines in copyHalf.
+	deadline := time.Now().Add(10 * time.Second)
+	settled := func() bool {
+		for _, f := range fs {
+			if f.up.Load() != uint64(len(msg)) || f.down.Load() != uint64(len(msg)) {
+				return false
+			}
+		}
+		return copyHalfGoroutines() == 2*flows
+	}
+	for !settled() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := copyHalfGoroutines(); n != 2*flows {
+		t.Fatalf("%d goroutines in copyHalf for %d idle relays, want %d", n, flows, 2*flows)
+	}
+	for i, f := range fs {
+		if f.up.Load() != uint64(len(msg)) || f.down.Load() != uint64(len(msg)) {
+			t.Fatalf("flow %d: live counts %d/%d, want %d each way", i, f.up.Load(), f.down.Load(), len(msg))
+		}
+		select {
+		case <-f.done:
+			t.Fatalf("flow %d: done before either side closed", i)
+		default:
+		}
+	}
+	for i, f := range fs {
+		f.app.CloseWrite()
+		f.target.CloseWrite()
+		select {
+		case r := <-f.done:
+			if r.Err != nil || r.AToB != int64(len(msg)) || r.BToA != int64(len(msg)) {
+				t.Fatalf("flow %d: result %+v", i, r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("flow %d: no result 10 s after both sides closed", i)
+		}
+		if len(f.done) != 0 {
+			t.Fatalf("flow %d: done called twice", i)
+		}
+	}
+}
+
+// copyHalfGoroutines counts the goroutines running copyHalf.
+func copyHalfGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range bytes.Split(buf, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("gateway.copyHalf(")) {
+			count++
+		}
+	}
+	return count
 }

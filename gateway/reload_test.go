@@ -388,6 +388,13 @@ func TestReloadConcurrentFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.g.openInboundCount() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d inbound connections still registered after every flow ended", e.g.openInboundCount())
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the handlers to return, bounded
+	}
 }
 
 // isStreamEnd reports an error of a stream the gateway ended.

@@ -113,8 +113,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		select {
 		case <-ready:
 			ready = nil
-			notify(sd, log, "READY=1", "STATUS=serving, config "+*path)
+			if draining != nil { // a SIGTERM during start-up already said STOPPING=1
+				notify(sd, log, "READY=1", "STATUS=serving, config "+*path)
+			}
 		case <-hup:
+			if draining == nil {
+				log.Warn("reload ignored: draining")
+				continue
+			}
 			if ready != nil { // before READY=1 systemd expects no reload protocol
 				reload(*path, g, log)
 				continue
