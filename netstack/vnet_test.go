@@ -1,8 +1,11 @@
 package netstack
 
 import (
+	"bytes"
+
 	"testing"
 
+	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -84,4 +87,42 @@ func FuzzChecksumsValid(f *testing.F) {
 			checksumsValid(b, header.IPv6ProtocolNumber)
 		}
 	})
+}
+
+// splitHeaders puts exactly the IP and TCP headers in a view of their own
+// and keeps every byte; anything but plain TCP stays one view.
+func TestSplitHeaders(t *testing.T) {
+	payload := make([]byte, 40<<10)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	udp := tcpPacket(false, payload)
+	udp[9] = uint8(header.UDPProtocolNumber) // the IPv4 protocol field
+	frag := tcpPacket(false, payload)
+	header.IPv4(frag).SetFlagsFragmentOffset(header.IPv4FlagMoreFragments, 0)
+	for _, tt := range []struct {
+		name      string
+		pkt       []byte
+		proto     tcpip.NetworkProtocolNumber
+		wantFirst int // length of the first view; the whole packet if not split
+	}{
+		{"ipv4 tcp", tcpPacket(false, payload), header.IPv4ProtocolNumber, header.IPv4MinimumSize + header.TCPMinimumSize},
+		{"ipv6 tcp", tcpPacket(true, payload), header.IPv6ProtocolNumber, header.IPv6MinimumSize + header.TCPMinimumSize},
+		{"ipv4 udp", udp, header.IPv4ProtocolNumber, len(udp)},
+		{"ipv4 fragment", frag, header.IPv4ProtocolNumber, len(frag)},
+		{"truncated", tcpPacket(false, nil)[:header.IPv4MinimumSize+4], header.IPv4ProtocolNumber, header.IPv4MinimumSize + 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := splitHeaders(buffer.NewViewWithData(tt.pkt), tt.proto)
+			defer b.Release()
+			if got := b.Flatten(); !bytes.Equal(got, tt.pkt) {
+				t.Fatalf("bytes changed: %d bytes, want %d", len(got), len(tt.pkt))
+			}
+			var lens []int
+			b.Apply(func(v *buffer.View) { lens = append(lens, v.Size()) })
+			if lens[0] != tt.wantFirst {
+				t.Fatalf("view sizes %v, want the first %d", lens, tt.wantFirst)
+			}
+		})
+	}
 }
