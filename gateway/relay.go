@@ -148,7 +148,9 @@ func relay(a, b conn) relayResult {
 //
 // An idle direction holds no large buffer. When src can wait for
 // readiness (netstack and kernel TCP, see pooledReaderOf), copyHalf waits
-// first, then takes a pooled buffer for one read and its write. Otherwise (HBONE streams) it
+// first, then takes a pooled buffer for one read and its write. A source
+// that writes its own received buffers to dst (HBONE streams, see
+// bufferedWriterTo) needs no buffer from copyHalf at all. Otherwise it
 // reads into a small buffer of its own, and only a read that fills it
 // switches to pooled buffers, kept while reads keep filling them: a short
 // read means src is drained, so the next read goes back to the small
@@ -158,6 +160,9 @@ func relay(a, b conn) relayResult {
 //
 // live, if not nil, is added the bytes as they are written.
 func copyHalf(dst, src conn, live *atomic.Uint64) (int64, error) {
+	if bw, ok := src.(bufferedWriterTo); ok {
+		return copyBuffered(dst, bw, live)
+	}
 	pooled := pooledReaderOf(src)
 	var (
 		small []byte // allocated on first use: a waiting source never needs it
@@ -209,6 +214,35 @@ func copyHalf(dst, src conn, live *atomic.Uint64) (int64, error) {
 		}
 		if rerr != nil {
 			return n, rerr
+		}
+	}
+}
+
+// bufferedWriterTo is the optional ability of a source that buffers what
+// it received (an HBONE stream) to write that data straight to dst: it
+// blocks until data, EOF or an error, writes what it holds, and returns
+// the bytes written, or 0 and the source's error (io.EOF at its end) when
+// nothing is left. Errors from dst come back as they are, io.EOF excepted.
+type bufferedWriterTo interface {
+	WriteBufferedTo(dst io.Writer) (int64, error)
+}
+
+// copyBuffered is copyHalf for a bufferedWriterTo source: no copy buffer
+// at all, so an idle direction holds none, and the received bytes are
+// written from the source's own buffers.
+func copyBuffered(dst conn, src bufferedWriterTo, live *atomic.Uint64) (int64, error) {
+	var n int64
+	for {
+		nw, err := src.WriteBufferedTo(dst)
+		n += nw
+		if live != nil && nw > 0 {
+			live.Add(uint64(nw))
+		}
+		if err == io.EOF {
+			return n, dst.CloseWrite()
+		}
+		if err != nil {
+			return n, err
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package hbone
 
-import "sync"
+import (
+	"io"
+	"net"
+	"sync"
+)
 
 // srvRecvBuf holds a stream's received DATA until the handler reads it, in
 // pooled chunks: the read loop copies each payload out of the Framer's
@@ -80,4 +84,80 @@ func (b *srvRecvBuf) reset() int {
 	}
 	b.n = 0
 	return n
+}
+
+// srvTakeChunks is how many chunks one take hands out at most (256 KiB,
+// the relay's copy buffer): what a stream's reader holds outside the
+// buffer while it writes them.
+const srvTakeChunks = 4
+
+// recvTake is chunks taken out of a srvRecvBuf: written out by the reader
+// without the connection's lock, then given back to the pool.
+type recvTake struct {
+	chunks [srvTakeChunks]*[]byte
+	k      int // chunks in use
+	off    int // bytes of chunks[0] already read before the take
+}
+
+// take moves up to srvTakeChunks whole chunks from the front into t and
+// returns the unread bytes they hold. The last chunk goes too even if the
+// read loop is still filling it: it starts a fresh one for the next
+// payload, so an idle stream holds nothing.
+func (b *srvRecvBuf) take(t *recvTake) int {
+	n := 0
+	t.off = b.off
+	for t.k < srvTakeChunks && len(b.chunks) > 0 {
+		c := b.chunks[0]
+		n += len(*c) - b.off
+		b.off = 0
+		t.chunks[t.k] = c
+		t.k++
+		b.chunks[0] = nil
+		b.chunks = b.chunks[1:]
+	}
+	if len(b.chunks) == 0 {
+		b.chunks = nil
+	}
+	b.n -= n
+	return n
+}
+
+// writeTo writes the taken bytes to w in order, one Write per chunk (a
+// writev where w takes net.Buffers), and gives every chunk back to the pool
+// whatever the outcome. An io.EOF from w is reported as
+// io.ErrUnexpectedEOF, so that callers can tell it from the stream's end.
+func (t *recvTake) writeTo(w io.Writer) (int64, error) {
+	var arr [srvTakeChunks][]byte
+	bufs := arr[:0]
+	for i, c := range t.chunks[:t.k] {
+		p := *c
+		if i == 0 {
+			p = p[t.off:]
+		}
+		if len(p) > 0 {
+			bufs = append(bufs, p)
+		}
+	}
+	var (
+		n   int64
+		err error
+	)
+	if len(bufs) == 1 {
+		var k int
+		k, err = w.Write(bufs[0])
+		n = int64(k)
+	} else if len(bufs) > 1 {
+		nb := net.Buffers(bufs)
+		n, err = nb.WriteTo(w)
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	for i, c := range t.chunks[:t.k] {
+		*c = (*c)[:0]
+		srvChunks.Put(c)
+		t.chunks[i] = nil
+	}
+	t.k, t.off = 0, 0
+	return n, err
 }

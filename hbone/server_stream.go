@@ -87,6 +87,33 @@ func (s *ServerStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// WriteBufferedTo is Read without the copy into a caller's buffer: it
+// blocks until data, EOF or an error arrived, then writes the received
+// data it holds (up to 256 KiB) to w and returns how much it wrote. It
+// returns 0 and exactly the error Read would (io.EOF at the end) once no
+// data is left; an error from w is returned as is, except io.EOF, which
+// becomes io.ErrUnexpectedEOF. The bytes are consumed (and credited back
+// to the peer) when they are taken, before w is written; w is written
+// without the connection's lock, so a slow w does not hold up the
+// connection. It must not be called concurrently with itself or Read.
+func (s *ServerStream) WriteBufferedTo(w io.Writer) (int64, error) {
+	c := s.c
+	c.mu.Lock()
+	for s.buf.n == 0 && s.rerr == nil {
+		s.readCond.Wait()
+	}
+	if s.buf.n == 0 {
+		err := s.rerr
+		c.mu.Unlock()
+		return 0, err
+	}
+	var t recvTake
+	n := s.buf.take(&t)
+	s.creditLocked(int64(n))
+	c.mu.Unlock()
+	return t.writeTo(w)
+}
+
 // creditLocked gives n consumed bytes back to the peer as window, batched
 // per stream and per connection.
 func (s *ServerStream) creditLocked(n int64) {

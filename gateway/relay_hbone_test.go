@@ -1,0 +1,142 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// halfCloseTarget accepts one connection at a time: it reads the request
+// to EOF, reports its hash, then answers with reply and closes.
+func halfCloseTarget(t *testing.T, reply []byte) (net.Listener, <-chan [32]byte) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan [32]byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, c); err != nil {
+			return
+		}
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		got <- sum
+		c.Write(reply)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	return ln, got
+}
+
+// The relay over real HBONE streams, both ways: app ⇄ [relay] ⇄ client
+// stream ⇒ gateway's inbound ⇒ server stream ⇄ [relay] ⇄ target. Both
+// streams hand their received data to the relay with WriteBufferedTo.
+// Sizes beyond the 4 MiB stream window need the credit to come back as the
+// relay consumes; the request's EOF must become the target's FIN while the
+// reply still flows; the live counters must count every byte.
+func TestRelayOverHBONE(t *testing.T) {
+	for _, size := range []int{0, 1, relaySmallSize, relayBufSize + 5, 9 << 20} {
+		e := newReloadEnv(t, "")
+		req := make([]byte, size)
+		rand.Read(req)
+		reply := make([]byte, size/2+7)
+		rand.Read(reply)
+		ln, gotReq := halfCloseTarget(t, reply)
+		stream, err := e.connect(ln.Addr().(*net.TCPAddr).AddrPort())
+		if err != nil {
+			t.Fatal(err)
+		}
+		app, a := tcpPair(t)
+		var up, down atomic.Uint64
+		done := make(chan relayResult, 1)
+		startRelay(a, stream, relayCounters{aToB: &up, bToA: &down}, func(r relayResult) { done <- r })
+
+		go func() { app.Write(req); app.CloseWrite() }()
+		app.SetReadDeadline(time.Now().Add(30 * time.Second))
+		back, err := io.ReadAll(app)
+		if err != nil {
+			t.Fatalf("size %d: app read: %v", size, err)
+		}
+		select {
+		case sum := <-gotReq:
+			if sum != sha256.Sum256(req) {
+				t.Fatalf("size %d: request corrupted", size)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("size %d: target never saw the request's end", size)
+		}
+		if !bytes.Equal(back, reply) {
+			t.Fatalf("size %d: reply corrupted: got %d bytes, want %d", size, len(back), len(reply))
+		}
+		select {
+		case r := <-done:
+			if r.Err != nil || r.AToB != int64(size) || r.BToA != int64(len(reply)) {
+				t.Fatalf("size %d: relay result %+v", size, r)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("size %d: relay did not end", size)
+		}
+		if up.Load() != uint64(size) || down.Load() != uint64(len(reply)) {
+			t.Fatalf("size %d: live counts %d/%d, want %d/%d", size, up.Load(), down.Load(), size, len(reply))
+		}
+		if n := relayBufsOut.Load(); n != 0 {
+			t.Fatalf("size %d: %d pooled relay buffers out after the relay", size, n)
+		}
+	}
+}
+
+// A reset on the target's side reaches the app as a reset through both
+// HBONE hops: the server stream's relay resets the stream, the client
+// stream's WriteBufferedTo returns the reset, and our relay resets the app.
+func TestRelayOverHBONEReset(t *testing.T) {
+	e := newReloadEnv(t, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 5)
+		io.ReadFull(c, buf)
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}()
+	stream, err := e.connect(ln.Addr().(*net.TCPAddr).AddrPort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, a := tcpPair(t)
+	done := make(chan relayResult, 1)
+	startRelay(a, stream, relayCounters{}, func(r relayResult) { done <- r })
+	if _, err := app.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.Err == nil {
+			t.Fatalf("relay ended cleanly after the target's reset: %+v", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not end after the target's reset")
+	}
+	app.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := app.Read(make([]byte, 1)); err == nil || err == io.EOF {
+		t.Fatalf("app read after the target's reset: %v, want a reset", err)
+	}
+}
