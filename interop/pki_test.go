@@ -28,11 +28,16 @@ type pki struct {
 // leaf is a certificate and key made by pki.
 type leaf struct{ Cert, Key string }
 
-// needTools skips the test when node or openssl is missing.
+// needTools skips the test when node or openssl is missing, unless
+// MESHTUN_REQUIRE_INTEROP is set (.ci/run sets it after installing both):
+// then a missing tool fails the test instead of hiding it.
 func needTools(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"node", "openssl"} {
 		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("MESHTUN_REQUIRE_INTEROP") != "" {
+				t.Fatalf("interop test needs %s on PATH (MESHTUN_REQUIRE_INTEROP is set): %v", tool, err)
+			}
 			t.Skipf("interop test needs %s on PATH: %v", tool, err)
 		}
 	}
