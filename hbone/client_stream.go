@@ -157,17 +157,7 @@ func (s *ClientStream) Read(b []byte) (int, error) {
 	}
 	c := s.c
 	c.mu.Lock()
-	for s.buf.n == 0 && s.rerr == nil {
-		s.readCond.Wait()
-	}
-	if s.buf.n == 0 {
-		err := s.rerr
-		s.readDone = true
-		release := s.releaseLocked()
-		c.mu.Unlock()
-		if release {
-			s.pool.release(s.pc)
-		}
+	if err := s.awaitDataLocked(); err != nil {
 		return 0, err
 	}
 	n := s.buf.read(b)
@@ -189,17 +179,7 @@ func (s *ClientStream) Read(b []byte) (int, error) {
 func (s *ClientStream) WriteBufferedTo(w io.Writer) (int64, error) {
 	c := s.c
 	c.mu.Lock()
-	for s.buf.n == 0 && s.rerr == nil {
-		s.readCond.Wait()
-	}
-	if s.buf.n == 0 {
-		err := s.rerr
-		s.readDone = true
-		release := s.releaseLocked()
-		c.mu.Unlock()
-		if release {
-			s.pool.release(s.pc)
-		}
+	if err := s.awaitDataLocked(); err != nil {
 		return 0, err
 	}
 	var t recvTake
@@ -208,6 +188,27 @@ func (s *ClientStream) WriteBufferedTo(w io.Writer) (int64, error) {
 	c.mu.Unlock()
 	c.sendWindowUpdates(s.id, sinc, cinc)
 	return t.writeTo(w)
+}
+
+// awaitDataLocked waits, under c.mu, until received data, EOF or an
+// error is there. With data it returns nil and c.mu still held. With none
+// left it ends the read side (the stream's pool slot may go back), unlocks
+// c.mu and returns what Read returns: io.EOF or the error.
+func (s *ClientStream) awaitDataLocked() error {
+	for s.buf.n == 0 && s.rerr == nil {
+		s.readCond.Wait()
+	}
+	if s.buf.n > 0 {
+		return nil
+	}
+	err := s.rerr
+	s.readDone = true
+	release := s.releaseLocked()
+	s.c.mu.Unlock()
+	if release {
+		s.pool.release(s.pc)
+	}
+	return err
 }
 
 // creditLocked gives n consumed bytes back to the peer as window, batched

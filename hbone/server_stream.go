@@ -75,16 +75,28 @@ func (s *ServerStream) Read(p []byte) (int, error) {
 	}
 	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for s.buf.n == 0 && s.rerr == nil {
-		s.readCond.Wait()
-	}
-	if s.buf.n == 0 {
-		return 0, s.rerr
+	if err := s.awaitDataLocked(); err != nil {
+		return 0, err
 	}
 	n := s.buf.read(p)
 	s.creditLocked(int64(n))
+	c.mu.Unlock()
 	return n, nil
+}
+
+// awaitDataLocked waits, under c.mu, until received data, EOF or an
+// error is there. With data it returns nil and c.mu still held; with none
+// left it unlocks c.mu and returns what Read returns: io.EOF or the error.
+func (s *ServerStream) awaitDataLocked() error {
+	for s.buf.n == 0 && s.rerr == nil {
+		s.readCond.Wait()
+	}
+	if s.buf.n > 0 {
+		return nil
+	}
+	err := s.rerr
+	s.c.mu.Unlock()
+	return err
 }
 
 // WriteBufferedTo is Read without the copy into a caller's buffer: it
@@ -99,12 +111,7 @@ func (s *ServerStream) Read(p []byte) (int, error) {
 func (s *ServerStream) WriteBufferedTo(w io.Writer) (int64, error) {
 	c := s.c
 	c.mu.Lock()
-	for s.buf.n == 0 && s.rerr == nil {
-		s.readCond.Wait()
-	}
-	if s.buf.n == 0 {
-		err := s.rerr
-		c.mu.Unlock()
+	if err := s.awaitDataLocked(); err != nil {
 		return 0, err
 	}
 	var t recvTake
