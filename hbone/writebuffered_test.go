@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
+	"sync"
 	"testing"
 )
 
@@ -248,6 +249,11 @@ func TestWriteBufferedToSlowWriterDoesNotStall(t *testing.T) {
 	}
 	entered := make(chan struct{})
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	// On a failure, let the blocked write go before the streams close
+	// (defers run last-in first-out), so the test ends instead of hanging.
+	defer unblock()
 	stuck := make(chan error, 1)
 	go func() {
 		_, err := s1.WriteBufferedTo(blockingWriter{entered, release})
@@ -282,7 +288,7 @@ func TestWriteBufferedToSlowWriterDoesNotStall(t *testing.T) {
 	if st := pool.Stats(); st.ConnsOpened != 1 {
 		t.Fatalf("ConnsOpened %d, want 1 (both streams on one connection)", st.ConnsOpened)
 	}
-	close(release)
+	unblock()
 	if err := clientRecv(t, stuck, "the blocked write"); err != nil {
 		t.Fatal(err)
 	}
