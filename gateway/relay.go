@@ -37,8 +37,10 @@ type resetter interface {
 const relayBufSize = 256 << 10
 
 // relaySmallSize is the buffer a direction holds while it waits on a
-// source that cannot say when it is readable (an HBONE stream): what an
-// idle flow pays per such direction. 2 KiB takes a typical request or
+// source that can neither say when it is readable nor write its own
+// buffers (no such source in the gateway today: HBONE streams write
+// theirs, see bufferedWriterTo): what an idle flow would pay per such
+// direction. 2 KiB takes a typical request or
 // reply, or a 64 B ping-pong, in one read; a burst larger than that
 // switches to the pooled buffer for as long as reads fill it.
 const relaySmallSize = 2 << 10
