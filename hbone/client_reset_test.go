@@ -60,9 +60,10 @@ func srvDrain(got chan<- error, received *atomic.Int64, started chan<- struct{})
 
 // Our client's Reset reaches our server as a reset (ErrStreamReset), and
 // Close as a clean end (io.EOF): the difference between an application's
-// RST and its FIN-less goodbye.
+// RST and its FIN-less goodbye. The server's WriteBufferedTo ends exactly
+// as its Read does.
 func TestClientResetReachesServer(t *testing.T) {
-	tests := []struct {
+	ends := []struct {
 		name  string
 		end   func(*ClientStream) error
 		reset bool
@@ -70,34 +71,56 @@ func TestClientResetReachesServer(t *testing.T) {
 		{"Reset", (*ClientStream).Reset, true},
 		{"Close", (*ClientStream).Close, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := make(chan error, 1)
-			started := make(chan struct{})
-			e := newSrvTest(t, srvDrain(got, nil, started), nil)
-			pool := newSrvPool(t, e)
-			s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-			if err != nil {
-				t.Fatal(err)
+	readers := []struct {
+		name    string
+		handler func(got chan<- error, started chan struct{}) func(*Request)
+	}{
+		{"Read", func(got chan<- error, started chan struct{}) func(*Request) {
+			return srvDrain(got, nil, started)
+		}},
+		{"WriteBufferedTo", func(got chan<- error, started chan struct{}) func(*Request) {
+			return func(r *Request) {
+				st, err := r.Accept()
+				if err != nil {
+					got <- err
+					return
+				}
+				defer st.Close()
+				_, err = drainBuffered(st, startedWriter{started})
+				got <- err
 			}
-			if _, err := s.Write([]byte("hello")); err != nil {
-				t.Fatal(err)
-			}
-			clientRecv(t, started, "the server to read")
-			if err := tt.end(s); err != nil {
-				t.Fatal(err)
-			}
-			err = clientRecv(t, got, "the server's Read to end")
-			if tt.reset && !errors.Is(err, ErrStreamReset) {
-				t.Fatalf("server Read ended with %v, want ErrStreamReset", err)
-			}
-			if !tt.reset && err != io.EOF {
-				t.Fatalf("server Read ended with %v, want io.EOF", err)
-			}
-			if st := pool.Stats(); st.StreamsOpen != 0 {
-				t.Errorf("StreamsOpen %d after the end, want 0", st.StreamsOpen)
-			}
-		})
+		}},
+	}
+	for _, rd := range readers {
+		for _, tt := range ends {
+			t.Run(rd.name+"/"+tt.name, func(t *testing.T) {
+				got := make(chan error, 1)
+				started := make(chan struct{})
+				e := newSrvTest(t, rd.handler(got, started), nil)
+				pool := newSrvPool(t, e)
+				s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Write([]byte("hello")); err != nil {
+					t.Fatal(err)
+				}
+				clientRecv(t, started, "the server to read")
+				if err := tt.end(s); err != nil {
+					t.Fatal(err)
+				}
+				err = clientRecv(t, got, "the server's "+rd.name+" to end")
+				if tt.reset && !errors.Is(err, ErrStreamReset) {
+					t.Fatalf("server %s ended with %v, want ErrStreamReset", rd.name, err)
+				}
+				if !tt.reset && err != io.EOF {
+					t.Fatalf("server %s ended with %v, want io.EOF", rd.name, err)
+				}
+				if st := pool.Stats(); st.StreamsOpen != 0 {
+					t.Errorf("StreamsOpen %d after the end, want 0", st.StreamsOpen)
+				}
+			})
+		}
 	}
 }
 

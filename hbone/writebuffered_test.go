@@ -106,54 +106,6 @@ type writeCloser struct{ s *ClientStream }
 func (w writeCloser) Write(p []byte) (int, error) { return w.s.Write(p) }
 func (w writeCloser) Close() error                { return w.s.CloseWrite() }
 
-// The server's WriteBufferedTo ends as its Read does: the client's Reset
-// is ErrStreamReset, its Close a clean io.EOF.
-func TestWriteBufferedToServerEnds(t *testing.T) {
-	tests := []struct {
-		name  string
-		end   func(*ClientStream) error
-		reset bool
-	}{
-		{"Reset", (*ClientStream).Reset, true},
-		{"Close", (*ClientStream).Close, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := make(chan error, 1)
-			started := make(chan struct{})
-			e := newSrvTest(t, func(r *Request) {
-				st, err := r.Accept()
-				if err != nil {
-					got <- err
-					return
-				}
-				defer st.Close()
-				_, err = drainBuffered(st, startedWriter{started})
-				got <- err
-			}, nil)
-			pool := newSrvPool(t, e)
-			s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Write([]byte("hello")); err != nil {
-				t.Fatal(err)
-			}
-			clientRecv(t, started, "the server to take data")
-			if err := tt.end(s); err != nil {
-				t.Fatal(err)
-			}
-			err = clientRecv(t, got, "the server's WriteBufferedTo to end")
-			if tt.reset && !errors.Is(err, ErrStreamReset) {
-				t.Fatalf("server ended with %v, want ErrStreamReset", err)
-			}
-			if !tt.reset && err != io.EOF {
-				t.Fatalf("server ended with %v, want io.EOF", err)
-			}
-		})
-	}
-}
-
 // startedWriter closes its channel on the first write.
 type startedWriter struct{ ch chan struct{} }
 
