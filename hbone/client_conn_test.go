@@ -74,12 +74,7 @@ func TestClientIdleStreamsHoldNothing(t *testing.T) {
 // Received data is credited back as it is read: the peer gets
 // WINDOW_UPDATEs on the stream and can send far more than one window.
 func TestClientWindowUpdates(t *testing.T) {
-	pki := newClientTestPKI(t)
-	peer := newClientFramePeer(t, pki, nil)
-	pool := newClientTestPool(t, pki, nil)
-	s := clientConnect(t, pool, peer.addr)
-	c := peer.nextConn(t)
-	id := clientRecv(t, c.streams, "the stream")
+	_, _, s, c, id := clientFrameStream(t)
 	const frame = 1 << 20
 	const total = 3 * poolStreamWindow // three stream windows
 	readErr := make(chan error, 1)
@@ -269,12 +264,7 @@ func TestClientStreamErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pki := newClientTestPKI(t)
-			peer := newClientFramePeer(t, pki, nil)
-			pool := newClientTestPool(t, pki, nil)
-			s := clientConnect(t, pool, peer.addr)
-			c := peer.nextConn(t)
-			id := clientRecv(t, c.streams, "the stream")
+			pool, peer, s, c, id := clientFrameStream(t)
 			if err := c.write(func() error { return tt.send(c, id) }); err != nil {
 				t.Fatal(err)
 			}
@@ -395,6 +385,19 @@ func FuzzClientFrames(f *testing.F) {
 
 // clientConnect opens a stream through pool to the peer at addr, closed
 // at cleanup.
+// clientFrameStream opens one stream of a new pool on a new frame peer
+// and returns the pool, the peer, the stream, the peer's end of the
+// connection and the stream's ID.
+func clientFrameStream(t testing.TB) (*Pool, *clientFramePeer, *ClientStream, *clientFrameConn, uint32) {
+	t.Helper()
+	pki := newClientTestPKI(t)
+	peer := newClientFramePeer(t, pki, nil)
+	pool := newClientTestPool(t, pki, nil)
+	s := clientConnect(t, pool, peer.addr)
+	c := peer.nextConn(t)
+	return pool, peer, s, c, clientRecv(t, c.streams, "the stream")
+}
+
 func clientConnect(t testing.TB, pool *Pool, addr netip.AddrPort) *ClientStream {
 	t.Helper()
 	s, err := pool.Connect(clientCtx(t), clientTestRequest(addr))

@@ -177,18 +177,10 @@ func TestClientResetMidWrite(t *testing.T) {
 	}
 }
 
-// On the wire, Reset's RST_STREAM carries CONNECT_ERROR and comes before
-// the transport's own CANCEL.
+// On the wire, Reset's RST_STREAM carries CONNECT_ERROR, and a second
+// Reset is harmless.
 func TestClientResetWire(t *testing.T) {
-	pki := newClientTestPKI(t)
-	peer := newClientFramePeer(t, pki, nil)
-	pool := newClientTestPool(t, pki, nil)
-	s, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := peer.nextConn(t)
-	id := clientRecv(t, c.streams, "the stream")
+	_, _, s, c, id := clientFrameStream(t)
 	if err := s.Reset(); err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +196,7 @@ func TestClientResetWire(t *testing.T) {
 // A stream that ended both ways is only closed by Reset: no RST_STREAM
 // on a closed stream.
 func TestClientResetAfterCleanEnd(t *testing.T) {
-	pki := newClientTestPKI(t)
-	peer := newClientFramePeer(t, pki, nil)
-	pool := newClientTestPool(t, pki, nil)
-	s, err := pool.Connect(clientCtx(t), clientTestRequest(peer.addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := peer.nextConn(t)
-	id := clientRecv(t, c.streams, "the stream")
+	pool, peer, s, c, id := clientFrameStream(t)
 	s.CloseWrite()
 	c.data(id, true, []byte("bye"))
 	if b, err := io.ReadAll(s); err != nil || string(b) != "bye" {
