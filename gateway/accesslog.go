@@ -24,7 +24,8 @@ const (
 	flagConnect = "CONNECT"  // the peer or the target could not be reached or refused
 )
 
-// flowLog is what the access log says about one connection.
+// flowLog is what the access log says about one connection (a flow of
+// the flow table, which fills flag and err from the flow's outcome).
 type flowLog struct {
 	direction   string
 	src         netip.AddrPort // the client: outbound from the TUN, inbound from forwarded (else the HBONE peer)
@@ -39,7 +40,6 @@ type flowLog struct {
 	sent, recv  int64 // bytes towards the destination, and back
 	err         error
 	metrics     *flowMetrics // set by openMetrics; emit counts the close
-	relayed     bool         // a relay carries the flow and ends it (Gateway.relay)
 }
 
 // openMetrics counts the flow as opened with labels l (metrics.go); emit

@@ -24,12 +24,11 @@ import (
 
 // Gateway is one node's meshtun. Make it with New, run it with Run.
 type Gateway struct {
-	cfg       *config.Config // as started; what a reload may change is in cur
-	log       hclog.Logger
-	accessLog hclog.Logger // nil when the access log is off
-	cert      tls.Certificate
-	identity  string // our SPIFFE ID
-	roots     *x509.CertPool
+	cfg      *config.Config // as started; what a reload may change is in cur
+	log      hclog.Logger
+	cert     tls.Certificate
+	identity string // our SPIFFE ID
+	roots    *x509.CertPool
 
 	// ownPorts are the ports this gateway listens on; inbound streams to
 	// them on one of this host's addresses are refused (a loop).
@@ -41,14 +40,13 @@ type Gateway struct {
 	ready    atomic.Bool
 	readyCh  chan struct{} // closed once Run is ready
 	draining atomic.Bool
-	flows    flowSet
-	metrics  *metrics // metrics.go
+	flows    flowTable // every open flow; it writes the access log (flows.go)
+	metrics  *metrics  // metrics.go
 
 	// cur is the config, router and policies in force for new flows
 	// (reload.go); Reload swaps it, serialized by reloadMu.
 	cur      atomic.Pointer[snapshot]
 	reloadMu sync.Mutex
-	open     openInbounds
 }
 
 // New loads what the gateway needs from cfg (certificates, trust bundle)
@@ -86,7 +84,7 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 	}
 	g.cur.Store(newSnapshot(cfg, nil))
 	if cfg.Log.AccessLog {
-		g.accessLog = log.Named("access")
+		g.flows.log = log.Named("access")
 	}
 	for _, l := range []string{cfg.HBONE.Listen, cfg.Admin.Listen, cfg.Admin.Metrics, cfg.Admin.Readiness} {
 		if ap, err := netip.ParseAddrPort(l); err == nil {

@@ -5,60 +5,54 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"time"
 
 	"github.com/meshtun/meshtun/hbone"
 )
 
 // handleInbound serves one CONNECT stream that hbone.Server accepted and
 // parsed: check the target, authorize the connection, dial the target,
-// answer 200 only once the dial succeeded, then relay.
+// answer 200 only once the dial succeeded, then relay. A stream refused on
+// the way is answered with its outcome's status.
 func (g *Gateway) handleInbound(r *hbone.Request) {
-	g.flows.begin()
-	target := r.Target()
-	fl := &flowLog{direction: inbound, srcIdentity: r.PeerIdentity(), dst: target, dstIdentity: g.identity, start: time.Now()}
-	fl.src = inboundSource(r)
+	f := g.flows.begin(inbound)
+	stream, target, o := g.inbound(r, f)
+	if stream == nil && o.status != 0 {
+		r.Reject(o.status)
+	}
+	g.carry(f, stream, target, o)
+}
+
+// inbound sets flow f up for stream r: it returns the accepted stream and
+// the connection to its target, or, when it gets no further, why.
+func (g *Gateway) inbound(r *hbone.Request, f *flow) (stream, target conn, o outcome) {
+	dst := r.Target()
+	fl := &f.log
+	fl.src, fl.srcIdentity, fl.dst, fl.dstIdentity = inboundSource(r), r.PeerIdentity(), dst, g.identity
 	fl.traceID = r.TraceID()
-	defer g.endUnlessRelayed(fl)
 	fl.openMetrics(g.metrics, g.inboundLabels(r, fl.src))
 
 	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
-	if status, err := g.checkInbound(snap, target); err != nil {
-		r.Reject(status)
-		fl.flag = flagConnect
-		fl.err = err
-		return
+	if status, err := g.checkInbound(snap, dst); err != nil {
+		return nil, nil, outcome{flag: flagConnect, status: status, err: err}
 	}
 	// Authorization before the dial: a denied client must not even make
 	// the target see a connection attempt.
-	ac := AuthzConn{Identity: r.PeerIdentity(), Src: fl.src.Addr(), Dst: target}
+	ac := AuthzConn{Identity: r.PeerIdentity(), Src: fl.src.Addr(), Dst: dst}
 	if d := snap.authz.Authorize(ac); !d.Allow {
-		r.Reject(http.StatusUnauthorized)
-		fl.flag = flagDeny
-		fl.err = fmt.Errorf("authorization: %s", d.Reason)
-		return
+		return nil, nil, outcome{flag: flagDeny, status: http.StatusUnauthorized, err: fmt.Errorf("authorization: %s", d.Reason)}
 	}
 	d := net.Dialer{Timeout: g.cfg.HBONE.ConnectTimeout.Duration}
-	tc, err := d.DialContext(r.Context(), "tcp", target.String())
+	tc, err := d.DialContext(r.Context(), "tcp", dst.String())
 	if err != nil {
-		r.Reject(http.StatusServiceUnavailable)
-		fl.flag = flagConnect
-		fl.err = fmt.Errorf("dial target: %w", err)
-		return
+		return nil, nil, outcome{flag: flagConnect, status: http.StatusServiceUnavailable, err: fmt.Errorf("dial target: %w", err)}
 	}
 	s, err := r.Accept()
 	if err != nil {
 		tc.Close()
-		fl.err = err
-		return
+		return nil, nil, outcome{err: err}
 	}
-	open := g.trackInbound(snap, ac, s, tc.(*net.TCPConn))
-	g.relay(fl, s, tc.(*net.TCPConn), func(relayResult) {
-		g.untrackInbound(open)
-		if err := open.deniedErr(); err != nil {
-			fl.flag, fl.err = flagDeny, err
-		}
-	})
+	g.watchInbound(f, snap, ac, s, tc.(*net.TCPConn))
+	return s, tc.(*net.TCPConn), outcome{}
 }
 
 // checkInbound decides whether a CONNECT target may be served, and with

@@ -2,11 +2,9 @@ package gateway
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
@@ -121,18 +119,13 @@ func (g *Gateway) Reload(cfg *config.Config) (changed, restartNeeded []string, e
 		g.log.SetLevel(hclog.LevelFromString(eff.Log.Level)) // the level is shared by every sub-logger
 	}
 
-	// Swap while holding the registry of open inbound flows: a flow that
-	// registers after this sees the new snapshot (trackInbound), one that
-	// registered before is in the list checked below. None is missed.
-	g.open.mu.Lock()
-	g.cur.Store(next)
-	var open []*openInbound
-	if slices.Contains(changed, "policies") {
-		for f := range g.open.m {
-			open = append(open, f)
-		}
+	// Swap under the flow table's lock: an inbound flow watched after this
+	// sees the new snapshot (watchInbound), one watched before is in the
+	// list checked below. None is missed.
+	open := g.flows.swap(func() { g.cur.Store(next) })
+	if !slices.Contains(changed, "policies") {
+		open = nil
 	}
-	g.open.mu.Unlock()
 
 	closed := 0
 	for _, f := range open {
@@ -203,69 +196,15 @@ func tomlKey(name string) string {
 	return b.String()
 }
 
-// openInbounds is the registry of inbound connections being relayed, so a
-// reload can authorize them again.
-type openInbounds struct {
-	mu sync.Mutex
-	m  map[*openInbound]struct{}
-}
-
-// openInbound is one relayed inbound connection.
-type openInbound struct {
-	ac             AuthzConn
-	stream, target conn
-	once           sync.Once
-	reason         atomic.Pointer[string] // set when a reload denied it
-}
-
-// deny ends the connection: RST_STREAM towards the peer, RST towards the
-// target. The relay then returns.
-func (f *openInbound) deny(reason string) {
-	f.once.Do(func() {
-		f.reason.Store(&reason)
-		reset(f.stream)
-		reset(f.target)
-	})
-}
-
-// deniedErr is why a reload ended the connection, or nil.
-func (f *openInbound) deniedErr() error {
-	if r := f.reason.Load(); r != nil {
-		return fmt.Errorf("denied by policy after reload: %s", *r)
-	}
-	return nil
-}
-
-// trackInbound registers an accepted inbound connection that authorized
-// was allowed by. If a reload swapped the snapshot in the meantime, the
-// connection is authorized again with the one now in force and ended at
-// once if that denies it. Pair with untrackInbound.
-func (g *Gateway) trackInbound(authorized *snapshot, ac AuthzConn, stream, target conn) *openInbound {
-	f := &openInbound{ac: ac, stream: stream, target: target}
-	g.open.mu.Lock()
-	if g.open.m == nil {
-		g.open.m = make(map[*openInbound]struct{})
-	}
-	g.open.m[f] = struct{}{}
-	now := g.snapshot()
-	g.open.mu.Unlock()
-	if now != authorized {
+// watchInbound makes f, an inbound flow that authorized allowed as ac and
+// that is about to be relayed between stream and target, one that a
+// reload authorizes again. If a reload swapped the snapshot in the
+// meantime, f is authorized again with the one now in force and ended at
+// once if that denies it.
+func (g *Gateway) watchInbound(f *flow, authorized *snapshot, ac AuthzConn, stream, target conn) {
+	if now := g.flows.watch(f, ac, stream, target, g.snapshot); now != authorized {
 		if d := now.authz.Authorize(ac); !d.Allow {
 			f.deny(d.Reason)
 		}
 	}
-	return f
-}
-
-func (g *Gateway) untrackInbound(f *openInbound) {
-	g.open.mu.Lock()
-	delete(g.open.m, f)
-	g.open.mu.Unlock()
-}
-
-// openInboundCount is the number of registered inbound connections.
-func (g *Gateway) openInboundCount() int {
-	g.open.mu.Lock()
-	defer g.open.mu.Unlock()
-	return len(g.open.m)
 }

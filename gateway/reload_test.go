@@ -389,9 +389,9 @@ func TestReloadConcurrentFlows(t *testing.T) {
 	}
 	s.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for e.g.openInboundCount() != 0 {
+	for e.g.flows.open(inbound) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d inbound connections still registered after every flow ended", e.g.openInboundCount())
+			t.Fatalf("%d inbound flows still in the flow table after every flow ended", e.g.flows.open(inbound))
 		}
 		time.Sleep(10 * time.Millisecond) // polling for the handlers to return, bounded
 	}
