@@ -125,19 +125,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 	closers = append(closers, g.flows.wait)
 	g.loadOwnAddrs()
 
-	pool, err := hbone.NewPool(hbone.PoolOptions{
-		Certificate:       g.cert,
-		Roots:             g.roots,
-		MaxStreamsPerConn: g.cfg.HBONE.MaxStreamsPerConn,
-		ConnsPerKey:       g.cfg.HBONE.ConnsPerPeer,
-		IdleTimeout:       g.cfg.HBONE.IdleTimeout.Duration,
-		ConnectTimeout:    g.cfg.HBONE.ConnectTimeout.Duration,
-		Logger:            g.log.Named("hbone"),
-		// Marked so that a peer's HBONE address inside a captured range
-		// (ztunnel's convention is <workload ip>:15008) is reached over
-		// the main table, not through our own TUN (tun/bypass.go).
-		Control: tun.BypassControl,
-	})
+	pool, err := hbone.NewPool(g.poolOptions())
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
@@ -235,6 +223,23 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 	}
 	g.drain()
 	return nil
+}
+
+// poolOptions are the options of the gateway's HBONE client pool.
+func (g *Gateway) poolOptions() hbone.PoolOptions {
+	return hbone.PoolOptions{
+		Certificate:       g.cert,
+		Roots:             g.roots,
+		MaxStreamsPerConn: g.cfg.HBONE.MaxStreamsPerConn,
+		ConnsPerKey:       g.cfg.HBONE.ConnsPerPeer,
+		IdleTimeout:       g.cfg.HBONE.IdleTimeout.Duration,
+		ConnectTimeout:    g.cfg.HBONE.ConnectTimeout.Duration,
+		Logger:            g.log.Named("hbone"),
+		// Marked so that a peer's HBONE address inside a captured range
+		// (ztunnel's convention is <workload ip>:15008) is reached over
+		// the main table, not through our own TUN (tun/bypass.go).
+		Control: tun.BypassControl,
+	}
 }
 
 // drain refuses new flows, sends GOAWAY to HBONE peers and gives open

@@ -5,19 +5,62 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/netstack"
 	"github.com/meshtun/meshtun/tun"
 )
 
-// handleOutbound carries one flow captured by the TUN. It dials first: the client's
+// flowRequest is a captured connection waiting for the outbound handler
+// to accept or refuse it: a SYN from the TUN (netstack.Request, through
+// tunRequest), or a test's fake, so a flow can be driven without a device.
+type flowRequest interface {
+	// Src is the client's address and port.
+	Src() netip.AddrPort
+	// Dst is the destination the client dialled.
+	Dst() netip.AddrPort
+	// Accept completes the client's handshake and returns its side of the
+	// connection. The relay also uses its WaitRead and Reset where it has
+	// them (netstack.Conn does; see readWaiter and resetter).
+	Accept() (conn, error)
+	// Reject refuses the client with a RST. It does nothing once the
+	// request was accepted or rejected.
+	Reject()
+}
+
+// tunRequest is a netstack.Request as a flowRequest.
+type tunRequest struct{ *netstack.Request }
+
+var (
+	_ flowRequest = tunRequest{}
+	// What the relay uses of an accepted connection besides conn.
+	_ interface {
+		conn
+		readWaiter
+		resetter
+	} = (*netstack.Conn)(nil)
+)
+
+func (r tunRequest) Accept() (conn, error) {
+	c, err := r.Request.Accept()
+	if err != nil {
+		return nil, err // not a nil *netstack.Conn in a non-nil conn
+	}
+	return c, nil
+}
+
+// handleOutbound carries one flow captured by the TUN (netstack's
+// Handler).
+func (g *Gateway) handleOutbound(r *netstack.Request) { g.serveOutbound(tunRequest{r}) }
+
+// serveOutbound carries one captured flow. It dials first: the client's
 // handshake is completed only once the peer has answered the CONNECT with
 // 200 (or, for a protocol TCP workload, the target accepted the direct
 // dial), so a refused or unreachable destination reaches the application
 // as a RST (connection refused), never as an accepted connection that then
 // dies.
-func (g *Gateway) handleOutbound(r *netstack.Request) {
+func (g *Gateway) serveOutbound(r flowRequest) {
 	if g.draining.Load() {
 		r.Reject()
 		return
@@ -32,7 +75,7 @@ func (g *Gateway) handleOutbound(r *netstack.Request) {
 
 // outbound sets flow f up for r: it returns the accepted client side and
 // the connection to the destination, or, when it gets no further, why.
-func (g *Gateway) outbound(r *netstack.Request, f *flow) (client, server conn, o outcome) {
+func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outcome) {
 	snap := g.snapshot() // this flow's config, router and policies, whatever a reload does meanwhile
 	plan := snap.router.Route(r.Dst(), snap.pickEndpoint)
 	fl := &f.log
@@ -80,7 +123,7 @@ func (g *Gateway) outbound(r *netstack.Request, f *flow) (client, server conn, o
 // kernel routes it by the main table (e.g. over the node's uplink) even
 // when the target lies inside a range the TUN captures; without the mark
 // the SYN would come straight back into our own TUN.
-func (g *Gateway) outboundDirect(r *netstack.Request, plan Plan) (client, server conn, o outcome) {
+func (g *Gateway) outboundDirect(r flowRequest, plan Plan) (client, server conn, o outcome) {
 	d := net.Dialer{Timeout: g.cfg.HBONE.ConnectTimeout.Duration, Control: tun.BypassControl}
 	tc, err := d.Dial("tcp", plan.Target.String())
 	if err != nil {
