@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/meshtun/meshtun/identity"
 )
 
 // schemaVersion is the only value of the top-level version key this build
@@ -108,7 +110,7 @@ func (w *Workload) ExpectedIdentity(trustDomain string) string {
 	if w.Identity != "" {
 		return w.Identity
 	}
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, w.Namespace, w.ServiceAccount)
+	return identity.WorkloadString(trustDomain, w.Namespace, w.ServiceAccount)
 }
 
 // Service is one [[services]] entry: flows to a VIP and service port go to

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/meshtun/meshtun/identity"
 )
 
 // Validate checks c as a whole and returns an *Errors listing every
@@ -31,7 +33,7 @@ func (c *Config) check() []*Error {
 	c.checkTUN(&p)
 	c.checkListeners(&p)
 	td := c.Gateway.TrustDomain
-	if checkTrustDomain(td) != nil {
+	if identity.CheckTrustDomain(td) != nil {
 		td = "" // reported once above; don't hold every identity against it
 	}
 	c.checkPeers(&p, td)
@@ -45,7 +47,7 @@ func (c *Config) checkGateway(p *problems) {
 	if c.Gateway.Name == "" {
 		p.add("gateway.name", "required (it defaults to the host name, which could not be read)")
 	}
-	if err := checkTrustDomain(c.Gateway.TrustDomain); err != nil {
+	if err := identity.CheckTrustDomain(c.Gateway.TrustDomain); err != nil {
 		p.add("gateway.trust_domain", "%v", err)
 	}
 	nonNegative(p, "gateway.drain_timeout", c.Gateway.DrainTimeout)
@@ -140,7 +142,7 @@ func splitListen(s string) (host, port string, err error) {
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return "", "", fmt.Errorf("%q: port must be a number 1..65535; write it %s", s, like)
 	}
-	if _, err := netip.ParseAddr(host); host != "" && err != nil && checkHostname(host) != nil {
+	if _, err := netip.ParseAddr(host); host != "" && err != nil && identity.CheckHostname(host) != nil {
 		return "", "", fmt.Errorf("%q: %q is neither an IP address nor a host name", s, host)
 	}
 	return host, port, nil
@@ -252,7 +254,7 @@ func (c *Config) checkServices(p *problems, td string) {
 			uniqueName(p, names, base, s.Namespace+"/"+s.Name)
 		}
 		if s.Hostname != "" {
-			if err := checkHostname(s.Hostname); err != nil {
+			if err := identity.CheckHostname(s.Hostname); err != nil {
 				p.add(base+".hostname", "%v", err)
 			}
 		}
@@ -450,23 +452,12 @@ func positive(p *problems, path string, d Duration) {
 // checkNamePart checks a Kubernetes-style name that ends up in a SPIFFE ID
 // path segment or a "namespace/name" reference.
 func checkNamePart(p *problems, path, s string) {
-	if s != "" && !validSegment(s) {
-		p.add(path, "%q may hold only letters, digits, \".\", \"-\" and \"_\"", s)
+	if s == "" {
+		return // reported as required
 	}
-}
-
-// checkTrustDomain applies the SPIFFE rules: lowercase letters, digits,
-// '.', '-' and '_', at most 255 bytes.
-func checkTrustDomain(td string) error {
-	if td == "" {
-		return fmt.Errorf("required: the SPIFFE trust domain of this mesh, like \"cluster.local\"")
+	if err := identity.CheckSegment(s); err != nil {
+		p.add(path, "%v", err)
 	}
-	if len(td) > 255 || strings.IndexFunc(td, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_')
-	}) >= 0 {
-		return fmt.Errorf("invalid trust domain %q: use lowercase letters, digits, \".\", \"-\" and \"_\", like \"cluster.local\"", td)
-	}
-	return nil
 }
 
 // exampleID is a SPIFFE ID for messages.
@@ -474,57 +465,18 @@ func exampleID(td, ns, sa string) string {
 	if td == "" {
 		td = "cluster.local"
 	}
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", td, ns, sa)
+	return identity.WorkloadString(td, ns, sa)
 }
 
-// checkIdentity checks that id is a SPIFFE ID, spiffe://<td>/<path>, in
-// the trust domain td (any, if td is ""): the trust bundle holds the roots
-// of that domain only.
+// checkIdentity checks that id is a SPIFFE ID in the trust domain td (any,
+// if td is ""): the trust bundle holds the roots of that domain only.
 func checkIdentity(id, td string) error {
-	const scheme = "spiffe://"
-	example := fmt.Sprintf("like %q", exampleID(td, "default", "web"))
-	rest, ok := strings.CutPrefix(id, scheme)
-	if !ok {
-		return fmt.Errorf("%q is not a SPIFFE ID: write spiffe://<trust domain>/<path>, %s", id, example)
+	parsed, err := identity.Parse(id)
+	if err != nil {
+		return fmt.Errorf("%w, like %q", err, exampleID(td, "default", "web"))
 	}
-	host, path, ok := strings.Cut(rest, "/")
-	if !ok || path == "" {
-		return fmt.Errorf("%q has no path after the trust domain, %s", id, example)
-	}
-	if err := checkTrustDomain(host); err != nil {
-		return fmt.Errorf("%q: %v", id, err)
-	}
-	if td != "" && host != td {
-		return fmt.Errorf("%q is in trust domain %q, not this mesh's %q (gateway.trust_domain)", id, host, td)
-	}
-	for _, seg := range strings.Split(path, "/") {
-		if !validSegment(seg) || seg == "." || seg == ".." {
-			return fmt.Errorf("%q: path segment %q may hold only letters, digits, \".\", \"-\" and \"_\", and not be empty, \".\" or \"..\"", id, seg)
-		}
-	}
-	return nil
-}
-
-func validSegment(s string) bool {
-	return s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_')
-	}) < 0
-}
-
-// checkHostname checks a DNS name: dot-separated labels of 1..63 letters,
-// digits and '-', at most 253 bytes in all.
-func checkHostname(h string) error {
-	bad := fmt.Errorf("%q is not a valid host name", h)
-	if h == "" || len(h) > 253 {
-		return bad
-	}
-	for _, l := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' ||
-			strings.IndexFunc(l, func(r rune) bool {
-				return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-')
-			}) >= 0 {
-			return bad
-		}
+	if td != "" && parsed.TrustDomain() != td {
+		return fmt.Errorf("%q is in trust domain %q, not this mesh's %q (gateway.trust_domain)", id, parsed.TrustDomain(), td)
 	}
 	return nil
 }
