@@ -133,3 +133,40 @@ func lookup(path string) (*key, bool) {
 	}
 	return found, found != nil
 }
+
+// keyIndex maps a pointer to a value inside one Config (a key, an entry of
+// an array of tables, an element of a list) to its key path, so that the
+// checks of Validate name the field they check and the schema supplies
+// its path: &c.TUN.MTU is "tun.mtu", &c.Peers[1].CIDRs[0] is
+// "peers[1].cidrs[0]". Pointers of different types to one address (a
+// struct and its first field) are different keys of the map.
+type keyIndex map[any]string
+
+// indexKeys indexes every key of c. Two lists of c sharing one backing
+// array (which Parse never builds) would share paths too: the later wins.
+func indexKeys(c *Config) keyIndex {
+	m := keyIndex{}
+	var walk func(v reflect.Value, path string, s *tableSchema)
+	walk = func(v reflect.Value, path string, s *tableSchema) {
+		m[v.Addr().Interface()] = path
+		for _, k := range s.keys {
+			f := v.Field(k.field)
+			p := joinPath(path, k.name)
+			m[f.Addr().Interface()] = p
+			switch {
+			case k.array:
+				for i := range f.Len() {
+					walk(f.Index(i), indexPath(p, i), k.sub)
+				}
+			case k.sub != nil:
+				walk(f, p, k.sub)
+			case f.Kind() == reflect.Slice:
+				for i := range f.Len() {
+					m[f.Index(i).Addr().Interface()] = indexPath(p, i)
+				}
+			}
+		}
+	}
+	walk(reflect.ValueOf(c).Elem(), "", root)
+	return m
+}

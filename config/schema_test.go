@@ -218,3 +218,41 @@ func tomlReady(v any) any {
 	}
 	return v
 }
+
+func TestIndexKeys(t *testing.T) {
+	c := mustParse(t, base+`
+[[peers]]
+name = "a"
+cidrs = ["10.244.2.0/24"]
+address = "192.0.2.2:15008"
+identity = "spiffe://cluster.local/ns/meshtun/sa/a"
+[[peers]]
+name = "b"
+cidrs = ["10.244.3.0/24", "10.244.4.0/24"]
+address = "192.0.2.3:15008"
+identity = "spiffe://cluster.local/ns/meshtun/sa/b"
+`)
+	keys := indexKeys(c)
+	for _, tc := range []struct {
+		ptr  any
+		want string
+	}{
+		{&c.Version, "version"},
+		{&c.Gateway, "gateway"},
+		{&c.Gateway.Name, "gateway.name"}, // same address as &c.Gateway, another type
+		{&c.TUN.MTU, "tun.mtu"},
+		{&c.Gateway.DrainTimeout, "gateway.drain_timeout"},
+		{&c.Peers, "peers"},
+		{&c.Peers[1], "peers[1]"},
+		{&c.Peers[1].Name, "peers[1].name"},
+		{&c.Peers[1].CIDRs[1], "peers[1].cidrs[1]"},
+	} {
+		if got, ok := keys[tc.ptr]; !ok || got != tc.want {
+			t.Errorf("path of %T = %q, %v; want %q", tc.ptr, got, ok, tc.want)
+		}
+	}
+	other := *c
+	if _, ok := keys[&other.TUN.MTU]; ok {
+		t.Error("a field of another Config has a path")
+	}
+}
