@@ -27,6 +27,8 @@ const schemaVersion = 1
 //     "65000", "true", "cluster.local". A key without it defaults to its
 //     zero value ("", [], false). The comment beside a default gives its
 //     reason.
+//   - values:"a|b|c" lists the values a string key may take; Validate
+//     refuses others.
 //   - reload:"apply" marks a key that a reload (SIGHUP) puts in force;
 //     any other key needs a restart.
 type Config struct {
@@ -60,11 +62,10 @@ type Gateway struct {
 
 // Log is the [log] table.
 type Log struct {
-	// trace | debug | info | warn | error. One line per lifecycle event,
-	// none per packet.
-	Level string `toml:"level" default:"info" reload:"apply"`
-	// text | json. Read by people first; json for collectors.
-	Format string `toml:"format" default:"text"`
+	// One line per lifecycle event, none per packet.
+	Level string `toml:"level" default:"info" values:"trace|debug|info|warn|error" reload:"apply"`
+	// Read by people first; json for collectors.
+	Format string `toml:"format" default:"text" values:"text|json"`
 	// One line per connection when it ends: cheap, and what operators ask
 	// for first.
 	AccessLog bool `toml:"access_log" default:"true"`
@@ -90,9 +91,9 @@ type TUN struct {
 	Addresses []netip.Prefix `toml:"addresses"`
 	// Destinations captured into the device; no default, as Addresses.
 	Routes []netip.Prefix `toml:"routes"`
-	// auto | on | off. auto uses TSO/GRO where the kernel offers them and
-	// falls back silently.
-	Offload string `toml:"offload" default:"auto"`
+	// auto uses TSO/GRO where the kernel offers them and falls back
+	// silently.
+	Offload string `toml:"offload" default:"auto" values:"auto|on|off"`
 }
 
 // Netstack is the [netstack] table: the userspace TCP/IP stack.
@@ -159,8 +160,8 @@ type Workload struct {
 	// A pod without a service account runs as Kubernetes' "default" one.
 	ServiceAccount string       `toml:"service_account" default:"default"`
 	Addresses      []netip.Addr `toml:"addresses,required"`
-	// HBONE | TCP. Workloads behind a meshtun or ztunnel node speak HBONE.
-	Protocol string `toml:"protocol" default:"HBONE"`
+	// Workloads behind a meshtun or ztunnel node speak HBONE.
+	Protocol string `toml:"protocol" default:"HBONE" values:"HBONE|TCP"`
 	// Where HBONE to it is sent. ztunnel's convention: its own first
 	// address, port 15008, where the node's gateway captures it
 	// (setDefaults).
@@ -193,8 +194,8 @@ type Service struct {
 // Policy is one [[policies]] entry, ztunnel's L4 authorization model.
 type Policy struct {
 	Name   string `toml:"name,required"`
-	Action string `toml:"action,required"` // allow | deny
-	Rules  []Rule `toml:"rules"`           // OR'ed
+	Action string `toml:"action,required" values:"allow|deny"`
+	Rules  []Rule `toml:"rules"` // OR'ed
 }
 
 // Rule is one [[policies.rules]] entry. Its fields are AND'ed; the entries of

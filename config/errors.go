@@ -78,11 +78,15 @@ func (p *problems) at(ptr any, format string, args ...any) {
 
 // path is the key path of the value ptr points to.
 func (p *problems) path(ptr any) string {
-	path, ok := p.keys[ptr]
+	return p.lookup(ptr).path
+}
+
+func (p *problems) lookup(ptr any) indexed {
+	x, ok := p.keys[ptr]
 	if !ok {
 		panic(fmt.Sprintf("config: %T is not a key of the config being checked", ptr))
 	}
-	return path
+	return x
 }
 
 // errs returns the problems as an error, or nil when there are none.

@@ -17,9 +17,10 @@ type key struct {
 
 	def      string // default:"…", the default's text
 	hasDef   bool
-	required bool // toml:"…,required": no default, the file must say it
-	derived  bool // toml:"…,derived": the default is worked out from other keys
-	reload   bool // reload:"apply": a reload puts it in force
+	required bool     // toml:"…,required": no default, the file must say it
+	derived  bool     // toml:"…,derived": the default is worked out from other keys
+	reload   bool     // reload:"apply": a reload puts it in force
+	values   []string // values:"a|b": the values a string key may take; nil: any
 
 	// sub is the schema of a [table] or of the entries of an [[array of
 	// tables]] (array set); nil for a value.
@@ -67,6 +68,12 @@ func mustSchema(t reflect.Type) *tableSchema {
 		}
 		if k.hasDef && (k.required || k.derived) {
 			panic(fmt.Sprintf("config: %s.%s: a default and %q", t.Name(), f.Name, opts))
+		}
+		if v, ok := f.Tag.Lookup("values"); ok {
+			if f.Type.Kind() != reflect.String {
+				panic(fmt.Sprintf("config: %s.%s: values on a %s", t.Name(), f.Name, f.Type))
+			}
+			k.values = strings.Split(v, "|")
 		}
 		switch r := f.Tag.Get("reload"); r {
 		case "":
@@ -140,7 +147,14 @@ func lookup(path string) (*key, bool) {
 // its path: &c.TUN.MTU is "tun.mtu", &c.Peers[1].CIDRs[0] is
 // "peers[1].cidrs[0]". Pointers of different types to one address (a
 // struct and its first field) are different keys of the map.
-type keyIndex map[any]string
+type keyIndex map[any]indexed
+
+// indexed is what keyIndex knows of a value: its path and, for a key,
+// its schema.
+type indexed struct {
+	path string
+	key  *key // nil for a table, an entry or an element of a list
+}
 
 // indexKeys indexes every key of c. Two lists of c sharing one backing
 // array (which Parse never builds) would share paths too: the later wins.
@@ -148,11 +162,12 @@ func indexKeys(c *Config) keyIndex {
 	m := keyIndex{}
 	var walk func(v reflect.Value, path string, s *tableSchema)
 	walk = func(v reflect.Value, path string, s *tableSchema) {
-		m[v.Addr().Interface()] = path
-		for _, k := range s.keys {
+		m[v.Addr().Interface()] = indexed{path: path}
+		for i := range s.keys {
+			k := &s.keys[i]
 			f := v.Field(k.field)
 			p := joinPath(path, k.name)
-			m[f.Addr().Interface()] = p
+			m[f.Addr().Interface()] = indexed{path: p, key: k}
 			switch {
 			case k.array:
 				for i := range f.Len() {
@@ -162,7 +177,7 @@ func indexKeys(c *Config) keyIndex {
 				walk(f, p, k.sub)
 			case f.Kind() == reflect.Slice:
 				for i := range f.Len() {
-					m[f.Index(i).Addr().Interface()] = indexPath(p, i)
+					m[f.Index(i).Addr().Interface()] = indexed{path: indexPath(p, i)}
 				}
 			}
 		}

@@ -247,8 +247,8 @@ identity = "spiffe://cluster.local/ns/meshtun/sa/b"
 		{&c.Peers[1].Name, "peers[1].name"},
 		{&c.Peers[1].CIDRs[1], "peers[1].cidrs[1]"},
 	} {
-		if got, ok := keys[tc.ptr]; !ok || got != tc.want {
-			t.Errorf("path of %T = %q, %v; want %q", tc.ptr, got, ok, tc.want)
+		if got, ok := keys[tc.ptr]; !ok || got.path != tc.want {
+			t.Errorf("path of %T = %q, %v; want %q", tc.ptr, got.path, ok, tc.want)
 		}
 	}
 	other := *c

@@ -164,6 +164,9 @@ func defaultText(k *key) string {
 }
 
 func checkDoc(k *key, l docLine) error {
+	if vs := strings.Join(k.values, " | "); vs != "" && !strings.Contains(l.comment, vs) {
+		return fmt.Errorf("the comment must list the values, %q, not %q", vs, l.comment)
+	}
 	switch {
 	case k.required:
 		if !strings.HasPrefix(l.comment, "required") {
@@ -198,6 +201,34 @@ func checkDoc(k *key, l docLine) error {
 	return nil
 }
 
+// The file's opening says which keys a reload applies: all of them, and
+// only those.
+func TestShippedFileNamesReloadKeys(t *testing.T) {
+	data, err := os.ReadFile(shippedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	start := strings.Index(text, "# SIGHUP")
+	if start < 0 {
+		t.Fatalf("%s has no paragraph on SIGHUP", shippedFile)
+	}
+	para := text[start:]
+	if end := strings.Index(para, "\n\n"); end >= 0 {
+		para = para[:end]
+	}
+	for _, p := range keyPaths() {
+		k, _ := lookup(p)
+		name := p
+		if k.array {
+			name = "[[" + p + "]]"
+		}
+		if mentioned := strings.Contains(para, name); mentioned != k.reload {
+			t.Errorf("%s's SIGHUP paragraph: names %s %v, but ReloadApplied(%q) is %v", shippedFile, name, mentioned, p, k.reload)
+		}
+	}
+}
+
 // The rules above must be able to fail: each broken line is caught.
 func TestCheckDocFails(t *testing.T) {
 	k := func(path string) *key {
@@ -225,6 +256,8 @@ func TestCheckDocFails(t *testing.T) {
 		{"tls.cert", docLine{value: `"c"`, comment: "required; the chain"}, true},
 		{"gateway.name", docLine{value: `"a"`, comment: "the host name"}, false},
 		{"gateway.name", docLine{value: `"a"`, comment: "default: the host name"}, true},
+		{"log.level", docLine{value: `"info"`, comment: `default "info"; trace | debug | info | warn | error`}, true},
+		{"log.level", docLine{value: `"info"`, comment: `default "info"; trace | debug | info`}, false},
 	} {
 		if err := checkDoc(k(tc.path), tc.line); (err == nil) != tc.ok {
 			t.Errorf("checkDoc(%s, %+v) = %v, want ok %v", tc.path, tc.line, err, tc.ok)

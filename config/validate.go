@@ -57,8 +57,8 @@ func (c *Config) checkGateway(p *problems) {
 		p.at(&g.DrainTimeout, "must not be negative (got %s)", g.DrainTimeout)
 	}
 
-	oneOf(p, &c.Log.Level, "trace", "debug", "info", "warn", "error")
-	oneOf(p, &c.Log.Format, "text", "json")
+	oneOf(p, &c.Log.Level)
+	oneOf(p, &c.Log.Format)
 
 	required(p, &c.TLS.Cert, "the path of this gateway's certificate chain (PEM)")
 	required(p, &c.TLS.Key, "the path of this gateway's private key (PEM)")
@@ -88,7 +88,7 @@ func (c *Config) checkTUN(p *problems) {
 	for i := range t.Routes {
 		checkCIDR(p, &t.Routes[i])
 	}
-	oneOf(p, &t.Offload, "auto", "on", "off")
+	oneOf(p, &t.Offload)
 
 	if n := &c.Netstack.MaxInFlight; *n < 1 {
 		p.at(n, "must be at least 1 (got %d)", *n)
@@ -214,7 +214,7 @@ func (c *Config) checkWorkloads(p *problems, td string) {
 			}
 			addrs[*a] = fmt.Sprintf("%s (%s/%s)", base, w.Namespace, w.Name)
 		}
-		oneOf(p, &w.Protocol, "HBONE", "TCP")
+		oneOf(p, &w.Protocol)
 		if w.Protocol == "HBONE" {
 			switch {
 			case w.HBONEAddress.IsValid():
@@ -327,9 +327,9 @@ func (c *Config) checkPolicies(p *problems) {
 		pol := &c.Policies[i]
 		uniqueName(p, names, &pol.Name, pol.Name, p.path(pol))
 		if pol.Action == "" {
-			p.at(&pol.Action, "required: allow | deny")
+			p.at(&pol.Action, "required: %s", strings.Join(p.lookup(&pol.Action).key.values, " | "))
 		} else {
-			oneOf(p, &pol.Action, "allow", "deny")
+			oneOf(p, &pol.Action)
 		}
 		for j := range pol.Rules {
 			r := &pol.Rules[j]
@@ -403,7 +403,9 @@ func required(p *problems, v *string, what string) {
 	}
 }
 
-func oneOf(p *problems, v *string, allowed ...string) {
+// oneOf checks a key whose schema lists its values (values:"a|b").
+func oneOf(p *problems, v *string) {
+	allowed := p.lookup(v).key.values
 	if !slices.Contains(allowed, *v) {
 		p.at(v, "%q is not one of: %s", *v, strings.Join(allowed, " | "))
 	}
