@@ -267,3 +267,74 @@ func TestCheckDocFails(t *testing.T) {
 		t.Fatal("tun.mtu is not a key path")
 	}
 }
+
+// A key tagged required is one Validate asks for: taken out of the
+// shipped file, each required key, and only a required key, gives an
+// error at its path.
+func TestRequiredKeys(t *testing.T) {
+	data, err := os.ReadFile(shippedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range keyPaths() {
+		k, _ := lookup(path)
+		t.Run(path, func(t *testing.T) {
+			var tree map[string]any
+			if _, err := toml.Decode(string(data), &tree); err != nil {
+				t.Fatal(err)
+			}
+			at, ok := remove(tree, strings.Split(path, "."), "")
+			if !ok {
+				if k.required {
+					t.Fatalf("%s does not set required key %s", shippedFile, path)
+				}
+				t.Skipf("%s does not set %s", shippedFile, path)
+			}
+			var out strings.Builder
+			if err := toml.NewEncoder(&out).Encode(tree); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Parse([]byte(out.String()), "without")
+			var reported bool
+			if errs, ok := err.(*Errors); ok {
+				for _, e := range errs.List {
+					reported = reported || within(e.Path, at)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case k.required && !reported:
+				t.Errorf("without %s the file parses (err %v), but the schema tags the key required", at, err)
+			case !k.required && reported:
+				t.Errorf("without %s: %v; but the schema gives the key a default", at, err)
+			}
+		})
+	}
+}
+
+// remove deletes the key at path from tree, taking the first entry of an
+// array of tables, and returns the concrete path it removed
+// ("peers[0].cidrs").
+func remove(tree map[string]any, path []string, prefix string) (string, bool) {
+	name := path[0]
+	here := joinPath(prefix, name)
+	v, ok := tree[name]
+	if !ok {
+		return "", false
+	}
+	if len(path) == 1 {
+		delete(tree, name)
+		return here, true
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		return remove(v, path[1:], here)
+	case []map[string]any:
+		if len(v) == 0 {
+			return "", false
+		}
+		return remove(v[0], path[1:], indexPath(here, 0))
+	}
+	return "", false
+}
