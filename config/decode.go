@@ -61,6 +61,12 @@ func decode(data []byte) (*Config, *decoder) {
 	return c, d
 }
 
+// defaulter is an entry of an array of tables with defaults derived from
+// its other keys.
+type defaulter interface{ setDefaults() }
+
+var _ defaulter = (*Workload)(nil)
+
 // decoder walks the parsed TOML tree into a Config, collecting problems.
 type decoder struct {
 	problems
@@ -105,10 +111,12 @@ func (d *decoder) decodeTable(t *table, v reflect.Value, s *tableSchema) {
 			}
 			out := reflect.MakeSlice(k.typ, 0, len(entries))
 			for _, e := range entries {
+				// An entry's keys left out or written empty take their
+				// defaults, then those derived from its other keys.
 				ev := reflect.New(k.typ.Elem()).Elem()
 				d.decodeTable(e, ev, k.sub)
 				fillDefaults(ev, k.sub, true)
-				if f, ok := ev.Addr().Interface().(interface{ setDefaults() }); ok {
+				if f, ok := ev.Addr().Interface().(defaulter); ok {
 					f.setDefaults()
 				}
 				out = reflect.Append(out, ev)

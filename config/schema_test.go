@@ -256,3 +256,31 @@ identity = "spiffe://cluster.local/ns/meshtun/sa/b"
 		t.Error("a field of another Config has a path")
 	}
 }
+
+// Every value type of the schema has a rule in the decoder and in Dump: a
+// value of the wrong type is reported, never a crash.
+func TestEveryKeyHasRules(t *testing.T) {
+	for _, path := range keyPaths() {
+		k, _ := lookup(path)
+		if k.sub != nil {
+			continue
+		}
+		raws := []any{1.5}
+		if k.typ.Kind() == reflect.Slice {
+			raws = append(raws, []any{1.5})
+		}
+		for _, raw := range raws {
+			d := decoder{order: make(map[string]int)}
+			// A list with a bad entry is kept, the entry zero, so that
+			// later indexes stay those of the file; the entry is reported.
+			if _, ok := d.value(path, raw, k.typ); len(d.list) == 0 || ok && k.typ.Kind() != reflect.Slice {
+				t.Errorf("%s = %v decoded, ok %v, problems %v", path, raw, ok, d.list)
+			}
+		}
+		v := reflect.New(k.typ).Elem()
+		if k.typ.Kind() == reflect.Slice {
+			v = reflect.MakeSlice(k.typ, 1, 1)
+		}
+		_ = dumpValue(v) // panics if Dump has no rule
+	}
+}
