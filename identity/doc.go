@@ -13,4 +13,8 @@
 // '.', '-' and '_', and the path is one or more segments of letters,
 // digits, '.', '-' and '_', none empty, "." or "..". No port, user, query
 // or fragment. An ID that breaks a rule is refused, not repaired.
+//
+// The errors of Parse and the checks quote the value and say which rule it
+// breaks, with no package prefix: callers put them after their own context,
+// a key path ("peers[0].identity: …") or a certificate.
 package identity

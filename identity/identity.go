@@ -52,11 +52,11 @@ func Parse(s string) (ID, error) {
 // Parse applies, or holds a '/'.
 func Workload(trustDomain, namespace, serviceAccount string) (ID, error) {
 	if err := CheckTrustDomain(trustDomain); err != nil {
-		return ID{}, fmt.Errorf("identity: %w", err)
+		return ID{}, err
 	}
 	for _, s := range []string{namespace, serviceAccount} {
 		if err := CheckSegment(s); err != nil {
-			return ID{}, fmt.Errorf("identity: %w", err)
+			return ID{}, err
 		}
 	}
 	return ID{trustDomain: trustDomain, path: "/ns/" + namespace + "/sa/" + serviceAccount}, nil
