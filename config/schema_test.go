@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -92,11 +93,7 @@ func TestDump(t *testing.T) {
 	c := mustParse(t, base+`
 [hbone]
 serve = ["10.244.1.0/24"]
-[[peers]]
-name = "b"
-cidrs = ["10.244.3.0/24"]
-address = "192.0.2.2:15008"
-identity = "spiffe://cluster.local/ns/meshtun/sa/b"
+`+peerDoc("b", `["10.244.3.0/24"]`, "192.0.2.2:15008")+`
 [[workloads]]
 name = "web"
 namespace = "default"
@@ -219,19 +216,16 @@ func tomlReady(v any) any {
 	return v
 }
 
+// peerDoc is a [[peers]] entry named name, with identity .../sa/<name>.
+func peerDoc(name, cidrs, address string) string {
+	return fmt.Sprintf("[[peers]]\nname = %q\ncidrs = %s\naddress = %q\nidentity = \"spiffe://cluster.local/ns/meshtun/sa/%s\"\n",
+		name, cidrs, address, name)
+}
+
 func TestIndexKeys(t *testing.T) {
-	c := mustParse(t, base+`
-[[peers]]
-name = "a"
-cidrs = ["10.244.2.0/24"]
-address = "192.0.2.2:15008"
-identity = "spiffe://cluster.local/ns/meshtun/sa/a"
-[[peers]]
-name = "b"
-cidrs = ["10.244.3.0/24", "10.244.4.0/24"]
-address = "192.0.2.3:15008"
-identity = "spiffe://cluster.local/ns/meshtun/sa/b"
-`)
+	c := mustParse(t, base+
+		peerDoc("a", `["10.244.2.0/24"]`, "192.0.2.2:15008")+
+		peerDoc("b", `["10.244.3.0/24", "10.244.4.0/24"]`, "192.0.2.3:15008"))
 	keys := indexKeys(c)
 	for _, tc := range []struct {
 		ptr  any
