@@ -17,13 +17,14 @@ var allowed = map[string]struct {
 	internal []string
 	external []string
 }{
-	"config":      {nil, []string{"github.com/BurntSushi/toml"}},
+	"identity":    {nil, nil},
+	"config":      {[]string{"identity"}, []string{"github.com/BurntSushi/toml"}},
 	"tun":         {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
 	"tun/tuntest": {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
 	"netstack":    {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
-	"hbone":       {nil, []string{"golang.org/x/net", "github.com/hashicorp/go-hclog"}},
+	"hbone":       {[]string{"identity"}, []string{"golang.org/x/net", "github.com/hashicorp/go-hclog"}},
 	"hbone/devca": {[]string{"hbone"}, nil},
-	"gateway":     {[]string{"config", "tun", "netstack", "hbone"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys"}},
+	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys"}},
 }
 
 func TestPackageDependencies(t *testing.T) {

@@ -4,72 +4,129 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/meshtun/meshtun/identity"
 )
 
 // schemaVersion is the only value of the top-level version key this build
 // understands.
 const schemaVersion = 1
 
-// Config is a decoded, defaulted gateway.toml. Field comments give the TOML
-// key; defaults are in Default.
+// Config is a decoded, defaulted gateway.toml.
+//
+// These structs are the schema, the one place it is written: decoding,
+// the defaults, the key paths of errors, /config_dump (Dump), the reload
+// difference (Diff, ReloadApplied, InForce) and the test that holds the
+// shipped gateway.toml to the schema all read their tags:
+//
+//   - toml:"key" is the key in the file. A struct field is a [table], a
+//     slice of structs an [[array of tables]]. Options after a comma:
+//     "required" (the file must set it: no default) or "derived" (its
+//     default is worked out from other keys, by Default or setDefaults).
+//   - default:"text" is the default, written as the value's text: "5s",
+//     "65000", "true", "cluster.local". A key without it defaults to its
+//     zero value ("", [], false). The comment beside a default gives its
+//     reason.
+//   - values:"a|b|c" lists the values a string key may take; Validate
+//     refuses others.
+//   - reload:"apply" marks a key that a reload (SIGHUP) puts in force;
+//     any other key needs a restart.
 type Config struct {
-	Version   int        // version (required)
-	Gateway   Gateway    // [gateway]
-	Log       Log        // [log]
-	TLS       TLS        // [tls]
-	TUN       TUN        // [tun]
-	Netstack  Netstack   // [netstack]
-	HBONE     HBONE      // [hbone]
-	Admin     Admin      // [admin]
-	Peers     []Peer     // [[peers]]
-	Workloads []Workload // [[workloads]]
-	Services  []Service  // [[services]]
-	Policies  []Policy   // [[policies]]
+	Version   int        `toml:"version,required"`
+	Gateway   Gateway    `toml:"gateway"`
+	Log       Log        `toml:"log"`
+	TLS       TLS        `toml:"tls"`
+	TUN       TUN        `toml:"tun"`
+	Netstack  Netstack   `toml:"netstack"`
+	HBONE     HBONE      `toml:"hbone"`
+	Admin     Admin      `toml:"admin"`
+	Peers     []Peer     `toml:"peers" reload:"apply"`
+	Workloads []Workload `toml:"workloads" reload:"apply"`
+	Services  []Service  `toml:"services" reload:"apply"`
+	Policies  []Policy   `toml:"policies" reload:"apply"`
 }
 
 // Gateway is the [gateway] table: who this gateway is.
 type Gateway struct {
-	Name         string   // name
-	TrustDomain  string   // trust_domain
-	DrainTimeout Duration // drain_timeout: on SIGTERM, time given to open flows
+	// Logs, metrics and access lines from a node are easiest to read when
+	// they carry the node's own name: Default sets the host name.
+	Name string `toml:"name,derived"`
+	// Kubernetes' and Istio's default, so certificates from a stock istiod
+	// or cert-manager setup match.
+	TrustDomain string `toml:"trust_domain" default:"cluster.local"`
+	// On SIGTERM, the time open flows get to finish. Long enough for short
+	// requests, short enough to fit inside Kubernetes' 30s termination
+	// grace period.
+	DrainTimeout Duration `toml:"drain_timeout" default:"5s" reload:"apply"`
 }
 
 // Log is the [log] table.
 type Log struct {
-	Level     string // level: trace | debug | info | warn | error
-	Format    string // format: text | json
-	AccessLog bool   // access_log: one line per connection when it ends
+	// One line per lifecycle event, none per packet.
+	Level string `toml:"level" default:"info" values:"trace|debug|info|warn|error" reload:"apply"`
+	// Read by people first; json for collectors.
+	Format string `toml:"format" default:"text" values:"text|json"`
+	// One line per connection when it ends: cheap, and what operators ask
+	// for first.
+	AccessLog bool `toml:"access_log" default:"true"`
 }
 
 // TLS is the [tls] table. After Load the paths are absolute.
 type TLS struct {
-	Cert        string // cert: this gateway's certificate chain (PEM)
-	Key         string // key: its private key (PEM)
-	TrustBundle string // trust_bundle: roots peers' certificates must chain to
+	Cert        string `toml:"cert,required"`         // this gateway's certificate chain (PEM)
+	Key         string `toml:"key,required"`          // its private key (PEM)
+	TrustBundle string `toml:"trust_bundle,required"` // roots peers' certificates must chain to
 }
 
 // TUN is the [tun] table: the capture device.
 type TUN struct {
-	Name      string         // name
-	MTU       int            // mtu
-	Addresses []netip.Prefix // addresses: given to the device, e.g. 100.64.0.1/32
-	Routes    []netip.Prefix // routes: destinations captured into the device
-	Offload   string         // offload: auto | on | off
+	// Names the product and fits in IFNAMSIZ (15 bytes).
+	Name string `toml:"name" default:"meshtun0"`
+	// Packets never leave the host on the TUN, so the MTU only sets how
+	// many bytes cross the kernel boundary per read: larger is faster
+	// (docs/field-notes.md, "TUN and gVisor").
+	MTU int `toml:"mtu" default:"65000"`
+	// Given to the device, e.g. 100.64.0.1/32. No default: they depend on
+	// the node's address plan, and nothing sensible can be guessed.
+	Addresses []netip.Prefix `toml:"addresses"`
+	// Destinations captured into the device; no default, as Addresses.
+	Routes []netip.Prefix `toml:"routes"`
+	// auto uses TSO/GRO where the kernel offers them and falls back
+	// silently.
+	Offload string `toml:"offload" default:"auto" values:"auto|on|off"`
 }
 
 // Netstack is the [netstack] table: the userspace TCP/IP stack.
 type Netstack struct {
-	MaxInFlight int // max_in_flight: TCP handshakes being set up at once
+	// TCP handshakes being set up at once. Bounds memory for half-open
+	// handshakes under a SYN flood while leaving room for bursts of
+	// thousands of real clients.
+	MaxInFlight int `toml:"max_in_flight" default:"4096"`
 }
 
 // HBONE is the [hbone] table: the tunnel between gateways.
 type HBONE struct {
-	Listen            string         // listen: inbound host:port; "" turns inbound off
-	Serve             []netip.Prefix // serve: destinations inbound streams may reach
-	MaxStreamsPerConn int            // max_streams_per_conn
-	ConnsPerPeer      int            // conns_per_peer: connections busy flows of one pool key spread over (1..MaxConnsPerPeer)
-	IdleTimeout       Duration       // idle_timeout: idle pooled connections are closed
-	ConnectTimeout    Duration       // connect_timeout: dialling a peer or a target
+	// Inbound host:port; "" turns inbound off. ztunnel's HBONE port, so
+	// the two interoperate.
+	Listen string `toml:"listen" default:"0.0.0.0:15008"`
+	// Destinations inbound streams may reach.
+	Serve []netip.Prefix `toml:"serve" reload:"apply"`
+	// Istio's default; above it a new connection spreads the load and
+	// bounds what one lost connection takes down.
+	MaxStreamsPerConn int `toml:"max_streams_per_conn" default:"100"`
+	// Connections busy flows of one pool key spread over
+	// (1..MaxConnsPerPeer). 1 is one connection per pool key until it is
+	// full, as ztunnel does and docs/hbone.md ("Pooling") describes;
+	// more spreads concurrent bulk flows over that many connections (and
+	// their goroutines) on machines with cores to spare.
+	ConnsPerPeer int `toml:"conns_per_peer" default:"1"`
+	// Idle pooled connections are closed after it. Keeps warm connections
+	// across bursts without holding idle sockets to departed peers for
+	// long.
+	IdleTimeout Duration `toml:"idle_timeout" default:"5m"`
+	// Dialling a peer or a target. A peer that takes longer is unreachable
+	// in practice; clients are better served by an error.
+	ConnectTimeout Duration `toml:"connect_timeout" default:"10s"`
 }
 
 // MaxConnsPerPeer bounds hbone.conns_per_peer (hbone.MaxConnsPerKey).
@@ -77,29 +134,40 @@ const MaxConnsPerPeer = 8
 
 // Admin is the [admin] table. An empty address turns that listener off.
 type Admin struct {
-	Listen    string // listen: config dump, log level, pprof
-	Metrics   string // metrics: /metrics and /stats/prometheus
-	Readiness string // readiness: /healthz/ready
+	// Config dump, log level, pprof. ztunnel's admin port; local only, as
+	// it can change the log level.
+	Listen string `toml:"listen" default:"127.0.0.1:15000"`
+	// /metrics and /stats/prometheus, on Istio's merged-metrics port,
+	// where scrapers look.
+	Metrics string `toml:"metrics" default:"0.0.0.0:15020"`
+	// /healthz/ready, on Istio's readiness port, where kubelet probes look.
+	Readiness string `toml:"readiness" default:"0.0.0.0:15021"`
 }
 
 // Peer is one [[peers]] entry: flows to its CIDRs ride HBONE to Address,
 // which must present Identity.
 type Peer struct {
-	Name     string         // name
-	CIDRs    []netip.Prefix // cidrs
-	Address  netip.AddrPort // address: the peer's HBONE ip:port
-	Identity string         // identity: SPIFFE ID the peer must present
+	Name     string         `toml:"name,required"`
+	CIDRs    []netip.Prefix `toml:"cidrs,required"`
+	Address  netip.AddrPort `toml:"address,required"`  // the peer's HBONE ip:port
+	Identity string         `toml:"identity,required"` // SPIFFE ID the peer must present
 }
 
 // Workload is one [[workloads]] entry, as in ztunnel's local config.
 type Workload struct {
-	Name           string         // name
-	Namespace      string         // namespace
-	ServiceAccount string         // service_account
-	Addresses      []netip.Addr   // addresses
-	Protocol       string         // protocol: HBONE | TCP
-	HBONEAddress   netip.AddrPort // hbone_address: where HBONE to it is sent
-	Identity       string         // identity: overrides the derived identity
+	Name      string `toml:"name,required"`
+	Namespace string `toml:"namespace,required"`
+	// A pod without a service account runs as Kubernetes' "default" one.
+	ServiceAccount string       `toml:"service_account" default:"default"`
+	Addresses      []netip.Addr `toml:"addresses,required"`
+	// Workloads behind a meshtun or ztunnel node speak HBONE.
+	Protocol string `toml:"protocol" default:"HBONE" values:"HBONE|TCP"`
+	// Where HBONE to it is sent. ztunnel's convention: its own first
+	// address, port 15008, where the node's gateway captures it
+	// (setDefaults).
+	HBONEAddress netip.AddrPort `toml:"hbone_address,derived"`
+	// Overrides the identity derived from namespace and service account.
+	Identity string `toml:"identity,derived"`
 }
 
 // ExpectedIdentity is the SPIFFE ID w must present: Identity if set, else
@@ -108,41 +176,41 @@ func (w *Workload) ExpectedIdentity(trustDomain string) string {
 	if w.Identity != "" {
 		return w.Identity
 	}
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, w.Namespace, w.ServiceAccount)
+	return identity.WorkloadString(trustDomain, w.Namespace, w.ServiceAccount)
 }
 
 // Service is one [[services]] entry: flows to a VIP and service port go to
 // one of Endpoints at the mapped target port.
 type Service struct {
-	Name            string            // name
-	Namespace       string            // namespace
-	Hostname        string            // hostname
-	VIPs            []netip.Addr      // vips
-	Ports           map[uint16]uint16 // ports: service port → target port
-	Endpoints       []string          // endpoints: workloads as "namespace/name"
-	SubjectAltNames []string          // subject_alt_names: extra identities accepted
+	Name            string            `toml:"name,required"`
+	Namespace       string            `toml:"namespace,required"`
+	Hostname        string            `toml:"hostname"`
+	VIPs            []netip.Addr      `toml:"vips,required"`
+	Ports           map[uint16]uint16 `toml:"ports,required"`    // service port → target port
+	Endpoints       []string          `toml:"endpoints"`         // workloads as "namespace/name"
+	SubjectAltNames []string          `toml:"subject_alt_names"` // extra identities accepted
 }
 
 // Policy is one [[policies]] entry, ztunnel's L4 authorization model.
 type Policy struct {
-	Name   string // name
-	Action string // action: allow | deny (required)
-	Rules  []Rule // [[policies.rules]]: OR'ed
+	Name   string `toml:"name,required"`
+	Action string `toml:"action,required" values:"allow|deny"`
+	Rules  []Rule `toml:"rules"` // OR'ed
 }
 
 // Rule is one [[policies.rules]] entry. Its fields are AND'ed; the entries of
 // one list are OR'ed; an empty list matches anything.
 type Rule struct {
-	Principals          []string       // principals: "td/ns/x/sa/y", "prefix*", "*suffix" or "*"
-	NotPrincipals       []string       // not_principals
-	Namespaces          []string       // namespaces
-	NotNamespaces       []string       // not_namespaces
-	SourceIPs           []netip.Prefix // source_ips
-	NotSourceIPs        []netip.Prefix // not_source_ips
-	DestinationIPs      []netip.Prefix // destination_ips
-	NotDestinationIPs   []netip.Prefix // not_destination_ips
-	DestinationPorts    []uint16       // destination_ports
-	NotDestinationPorts []uint16       // not_destination_ports
+	Principals          []string       `toml:"principals"` // "td/ns/x/sa/y", "prefix*", "*suffix" or "*"
+	NotPrincipals       []string       `toml:"not_principals"`
+	Namespaces          []string       `toml:"namespaces"`
+	NotNamespaces       []string       `toml:"not_namespaces"`
+	SourceIPs           []netip.Prefix `toml:"source_ips"`
+	NotSourceIPs        []netip.Prefix `toml:"not_source_ips"`
+	DestinationIPs      []netip.Prefix `toml:"destination_ips"`
+	NotDestinationIPs   []netip.Prefix `toml:"not_destination_ips"`
+	DestinationPorts    []uint16       `toml:"destination_ports"`
+	NotDestinationPorts []uint16       `toml:"not_destination_ports"`
 }
 
 // Duration is a time.Duration written in TOML as a string such as "5s" or

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
@@ -108,53 +107,6 @@ func TestShippedFile(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("../gateway.toml decoded to\n%+v\nwant\n%+v", got, want)
-	}
-}
-
-// TestShippedDefaults checks that each "default X" the shipped file states
-// is what Default says: the file documents the defaults, so they must agree.
-func TestShippedDefaults(t *testing.T) {
-	data, err := os.ReadFile("../gateway.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := Default()
-	for _, tc := range []struct {
-		name string
-		line string // a line of the shipped file, up to its comment
-		says string // what its comment must contain
-	}{
-		{"trust_domain", `trust_domain = "cluster.local"`, `default "` + d.Gateway.TrustDomain + `"`},
-		{"drain_timeout", `drain_timeout = "5s"`, `default "5s"`},
-		{"level", `level = "info"`, `default "` + d.Log.Level + `"`},
-		{"format", `format = "text"`, `default "` + d.Log.Format + `"`},
-		{"access_log", `access_log = true`, "default true"},
-		{"tun.name", `name = "meshtun0"`, `default "` + d.TUN.Name + `"`},
-		{"mtu", `mtu = 65000`, "default 65000"},
-		{"offload", `offload = "auto"`, `default "` + d.TUN.Offload + `"`},
-		{"max_in_flight", `max_in_flight = 4096`, "default 4096"},
-		{"hbone.listen", `listen = "0.0.0.0:15008"`, `default "` + d.HBONE.Listen + `"`},
-		{"max_streams_per_conn", `max_streams_per_conn = 100`, "default 100"},
-		{"conns_per_peer", `conns_per_peer = 1`, "default 1"},
-		{"idle_timeout", `idle_timeout = "5m"`, `default "5m"`},
-		{"connect_timeout", `connect_timeout = "10s"`, `default "10s"`},
-		{"admin.listen", `listen = "127.0.0.1:15000"`, `default "` + d.Admin.Listen + `"`},
-		{"metrics", `metrics = "0.0.0.0:15020"`, `default "` + d.Admin.Metrics + `"`},
-		{"readiness", `readiness = "0.0.0.0:15021"`, `default "` + d.Admin.Readiness + `"`},
-		{"service_account", `service_account = "web"`, `default "` + defaultServiceAccount + `"`},
-		{"protocol", `protocol = "HBONE"`, `default "` + defaultProtocol + `"`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, l := range strings.Split(string(data), "\n") {
-				if strings.HasPrefix(strings.TrimSpace(l), tc.line) {
-					if !strings.Contains(l, tc.says) {
-						t.Errorf("line %q does not say %q", l, tc.says)
-					}
-					return
-				}
-			}
-			t.Errorf("no line starts with %q", tc.line)
-		})
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,10 +37,12 @@ func Parse(data []byte, source string) (*Config, error) {
 // d lists what could not.
 //
 // The TOML is first parsed into a tree and then walked against the schema
-// here, rather than decoded into tagged structs and checked with
-// toml.MetaData.Undecoded: the walk knows the index of every entry of an
-// array of tables ("peers[1].adress"), matches keys exactly (the decoder
-// accepts "MTU" for "mtu"), and reports every wrong type, not the first.
+// (the tags of Config, schema.go), rather than decoded into the structs by
+// toml.Decode and checked with toml.MetaData.Undecoded: the walk knows the
+// index of every entry of an array of tables ("peers[1].adress"), matches
+// keys exactly (toml.Decode accepts "MTU" for "mtu"), reports every wrong
+// type rather than stopping at the first, and keeps going past a bad
+// value, so one run lists every problem of a file.
 func decode(data []byte) (*Config, *decoder) {
 	d := &decoder{order: make(map[string]int)}
 	var tree map[string]any
@@ -54,9 +57,15 @@ func decode(data []byte) (*Config, *decoder) {
 		return nil, d
 	}
 	c := Default()
-	d.config(&table{d: d, m: tree}, c)
+	d.decodeTable(&table{d: d, m: tree}, reflect.ValueOf(c).Elem(), root)
 	return c, d
 }
+
+// defaulter is an entry of an array of tables with defaults derived from
+// its other keys.
+type defaulter interface{ setDefaults() }
+
+var _ defaulter = (*Workload)(nil)
 
 // decoder walks the parsed TOML tree into a Config, collecting problems.
 type decoder struct {
@@ -89,115 +98,109 @@ func (d *decoder) see(path string) {
 	}
 }
 
-func (d *decoder) config(t *table, c *Config) {
-	t.integer("version", &c.Version)
-
-	g := t.sub("gateway")
-	g.str("name", &c.Gateway.Name)
-	g.str("trust_domain", &c.Gateway.TrustDomain)
-	g.duration("drain_timeout", &c.Gateway.DrainTimeout)
-	g.finish()
-
-	l := t.sub("log")
-	l.str("level", &c.Log.Level)
-	l.str("format", &c.Log.Format)
-	l.boolean("access_log", &c.Log.AccessLog)
-	l.finish()
-
-	s := t.sub("tls")
-	s.str("cert", &c.TLS.Cert)
-	s.str("key", &c.TLS.Key)
-	s.str("trust_bundle", &c.TLS.TrustBundle)
-	s.finish()
-
-	u := t.sub("tun")
-	u.str("name", &c.TUN.Name)
-	u.integer("mtu", &c.TUN.MTU)
-	list(u, "addresses", &c.TUN.Addresses, d.prefix)
-	list(u, "routes", &c.TUN.Routes, d.prefix)
-	u.str("offload", &c.TUN.Offload)
-	u.finish()
-
-	n := t.sub("netstack")
-	n.integer("max_in_flight", &c.Netstack.MaxInFlight)
-	n.finish()
-
-	h := t.sub("hbone")
-	h.str("listen", &c.HBONE.Listen)
-	list(h, "serve", &c.HBONE.Serve, d.prefix)
-	h.integer("max_streams_per_conn", &c.HBONE.MaxStreamsPerConn)
-	h.integer("conns_per_peer", &c.HBONE.ConnsPerPeer)
-	h.duration("idle_timeout", &c.HBONE.IdleTimeout)
-	h.duration("connect_timeout", &c.HBONE.ConnectTimeout)
-	h.finish()
-
-	a := t.sub("admin")
-	a.str("listen", &c.Admin.Listen)
-	a.str("metrics", &c.Admin.Metrics)
-	a.str("readiness", &c.Admin.Readiness)
-	a.finish()
-
-	for _, e := range t.tables("peers") {
-		var p Peer
-		e.str("name", &p.Name)
-		list(e, "cidrs", &p.CIDRs, d.prefix)
-		e.addrPort("address", &p.Address)
-		e.str("identity", &p.Identity)
-		e.finish()
-		c.Peers = append(c.Peers, p)
-	}
-
-	for _, e := range t.tables("workloads") {
-		var w Workload
-		e.str("name", &w.Name)
-		e.str("namespace", &w.Namespace)
-		e.str("service_account", &w.ServiceAccount)
-		list(e, "addresses", &w.Addresses, d.addr)
-		e.str("protocol", &w.Protocol)
-		e.addrPort("hbone_address", &w.HBONEAddress)
-		e.str("identity", &w.Identity)
-		e.finish()
-		w.setDefaults()
-		c.Workloads = append(c.Workloads, w)
-	}
-
-	for _, e := range t.tables("services") {
-		var v Service
-		e.str("name", &v.Name)
-		e.str("namespace", &v.Namespace)
-		e.str("hostname", &v.Hostname)
-		list(e, "vips", &v.VIPs, d.addr)
-		e.portMap("ports", &v.Ports)
-		list(e, "endpoints", &v.Endpoints, d.str)
-		list(e, "subject_alt_names", &v.SubjectAltNames, d.str)
-		e.finish()
-		c.Services = append(c.Services, v)
-	}
-
-	for _, e := range t.tables("policies") {
-		var p Policy
-		e.str("name", &p.Name)
-		e.str("action", &p.Action)
-		for _, rt := range e.tables("rules") {
-			var r Rule
-			list(rt, "principals", &r.Principals, d.str)
-			list(rt, "not_principals", &r.NotPrincipals, d.str)
-			list(rt, "namespaces", &r.Namespaces, d.str)
-			list(rt, "not_namespaces", &r.NotNamespaces, d.str)
-			list(rt, "source_ips", &r.SourceIPs, d.prefix)
-			list(rt, "not_source_ips", &r.NotSourceIPs, d.prefix)
-			list(rt, "destination_ips", &r.DestinationIPs, d.prefix)
-			list(rt, "not_destination_ips", &r.NotDestinationIPs, d.prefix)
-			list(rt, "destination_ports", &r.DestinationPorts, d.port)
-			list(rt, "not_destination_ports", &r.NotDestinationPorts, d.port)
-			rt.finish()
-			p.Rules = append(p.Rules, r)
+// decodeTable decodes the keys of s from t into v, a struct of s's type, then
+// reports t's unknown keys. Keys the file leaves out keep v's values.
+func (d *decoder) decodeTable(t *table, v reflect.Value, s *tableSchema) {
+	for _, k := range s.keys {
+		dst := v.Field(k.field)
+		switch {
+		case k.array:
+			entries := t.tables(k.name)
+			if len(entries) == 0 {
+				continue
+			}
+			out := reflect.MakeSlice(k.typ, 0, len(entries))
+			for _, e := range entries {
+				// An entry's keys left out or written empty take their
+				// defaults, then those derived from its other keys.
+				ev := reflect.New(k.typ.Elem()).Elem()
+				d.decodeTable(e, ev, k.sub)
+				fillDefaults(ev, k.sub, true)
+				if f, ok := ev.Addr().Interface().(defaulter); ok {
+					f.setDefaults()
+				}
+				out = reflect.Append(out, ev)
+			}
+			dst.Set(out)
+		case k.sub != nil:
+			d.decodeTable(t.sub(k.name), dst, k.sub)
+		default:
+			if raw, path, ok := t.get(k.name); ok {
+				if val, ok := d.value(path, raw, k.typ); ok {
+					dst.Set(val)
+				}
+			}
 		}
-		e.finish()
-		c.Policies = append(c.Policies, p)
 	}
-
 	t.finish()
+}
+
+var (
+	typeDuration = reflect.TypeFor[Duration]()
+	typePrefix   = reflect.TypeFor[netip.Prefix]()
+	typeAddr     = reflect.TypeFor[netip.Addr]()
+	typeAddrPort = reflect.TypeFor[netip.AddrPort]()
+	typePortMap  = reflect.TypeFor[map[uint16]uint16]()
+)
+
+// value converts raw, the TOML value at path, to a value of type typ,
+// reporting why it cannot. Every type of the schema's values is here.
+func (d *decoder) value(path string, raw any, typ reflect.Type) (reflect.Value, bool) {
+	var (
+		v  any
+		ok bool
+	)
+	switch typ {
+	case typeDuration:
+		v, ok = d.duration(path, raw)
+	case typePrefix:
+		v, ok = d.prefix(path, raw)
+	case typeAddr:
+		v, ok = d.addr(path, raw)
+	case typeAddrPort:
+		v, ok = d.addrPort(path, raw)
+	case typePortMap:
+		v, ok = d.portMap(path, raw)
+	default:
+		switch typ.Kind() {
+		case reflect.String:
+			v, ok = d.str(path, raw)
+		case reflect.Int:
+			v, ok = d.integer(path, raw)
+		case reflect.Bool:
+			v, ok = d.boolean(path, raw)
+		case reflect.Uint16:
+			v, ok = d.port(path, raw)
+		case reflect.Slice:
+			return d.array(path, raw, typ)
+		default:
+			panic("config: the decoder has no rule for " + typ.String() + " at " + path)
+		}
+	}
+	if !ok {
+		return reflect.Value{}, false
+	}
+	return reflect.ValueOf(v), true
+}
+
+// array decodes an array of values of typ's element type. An entry that
+// fails to convert is reported and kept as a zero value, so that the
+// indexes Validate reports are those of the file.
+func (d *decoder) array(path string, raw any, typ reflect.Type) (reflect.Value, bool) {
+	arr, ok := raw.([]any)
+	if !ok {
+		d.add(path, "must be an array, not %s", describe(raw))
+		return reflect.Value{}, false
+	}
+	out := reflect.MakeSlice(typ, len(arr), len(arr))
+	for i, e := range arr {
+		p := indexPath(path, i)
+		d.see(p)
+		if v, ok := d.value(p, e, typ.Elem()); ok {
+			out.Index(i).Set(v)
+		}
+	}
+	return out, true
 }
 
 // table is one TOML table being decoded. Every key the decoder asks for is
@@ -287,71 +290,42 @@ func (t *table) tables(key string) []*table {
 	return out
 }
 
-func (t *table) str(key string, dst *string) {
-	if v, path, ok := t.get(key); ok {
-		if s, ok := t.d.str(path, v); ok {
-			*dst = s
-		}
+func (d *decoder) integer(path string, v any) (int, bool) {
+	n, ok := v.(int64)
+	if !ok {
+		d.add(path, "must be an integer, not %s", describe(v))
 	}
+	return int(n), ok
 }
 
-func (t *table) integer(key string, dst *int) {
-	v, path, ok := t.get(key)
+func (d *decoder) boolean(path string, v any) (bool, bool) {
+	b, ok := v.(bool)
 	if !ok {
-		return
+		d.add(path, "must be true or false, not %s", describe(v))
 	}
-	if n, ok := v.(int64); ok {
-		*dst = int(n)
-	} else {
-		t.d.add(path, "must be an integer, not %s", describe(v))
-	}
+	return b, ok
 }
 
-func (t *table) boolean(key string, dst *bool) {
-	v, path, ok := t.get(key)
-	if !ok {
-		return
-	}
-	if b, ok := v.(bool); ok {
-		*dst = b
-	} else {
-		t.d.add(path, "must be true or false, not %s", describe(v))
-	}
-}
-
-func (t *table) duration(key string, dst *Duration) {
-	v, path, ok := t.get(key)
-	if !ok {
-		return
-	}
+func (d *decoder) duration(path string, v any) (Duration, bool) {
+	var dur Duration
 	s, ok := v.(string)
 	if !ok {
-		t.d.add(path, "must be a duration string like \"5s\", not %s", describe(v))
-		return
+		d.add(path, "must be a duration string like \"5s\", not %s", describe(v))
+		return dur, false
 	}
-	if err := dst.UnmarshalText([]byte(s)); err != nil {
-		t.d.add(path, "%v", err)
+	if err := dur.UnmarshalText([]byte(s)); err != nil {
+		d.add(path, "%v", err)
+		return dur, false
 	}
-}
-
-func (t *table) addrPort(key string, dst *netip.AddrPort) {
-	if v, path, ok := t.get(key); ok {
-		if ap, ok := t.d.addrPort(path, v); ok {
-			*dst = ap
-		}
-	}
+	return dur, true
 }
 
 // portMap decodes an inline table of service port = target port.
-func (t *table) portMap(key string, dst *map[uint16]uint16) {
-	v, path, ok := t.get(key)
-	if !ok {
-		return
-	}
+func (d *decoder) portMap(path string, v any) (map[uint16]uint16, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
-		t.d.add(path, "must be a table of service port = target port, like { 80 = 8080 }, not %s", describe(v))
-		return
+		d.add(path, "must be a table of service port = target port, like { 80 = 8080 }, not %s", describe(v))
+		return nil, false
 	}
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -361,45 +335,23 @@ func (t *table) portMap(key string, dst *map[uint16]uint16) {
 	out := make(map[uint16]uint16, len(m))
 	for _, k := range keys {
 		p := joinPath(path, k)
-		t.d.see(p)
+		d.see(p)
 		sp, err := strconv.ParseUint(k, 10, 16)
 		if err != nil {
-			t.d.add(p, "service port %q must be a number 1..65535", k)
+			d.add(p, "service port %q must be a number 1..65535", k)
 			continue
 		}
-		tp, ok := t.d.port(p, m[k])
+		tp, ok := d.port(p, m[k])
 		if !ok {
 			continue
 		}
 		if _, dup := out[uint16(sp)]; dup {
-			t.d.add(p, "service port %d is mapped twice", sp)
+			d.add(p, "service port %d is mapped twice", sp)
 			continue
 		}
 		out[uint16(sp)] = tp
 	}
-	*dst = out
-}
-
-// list decodes the array under key with conv. An entry that fails to
-// convert is reported and kept as a zero value, so that the indexes
-// Validate reports are those of the file.
-func list[T any](t *table, key string, dst *[]T, conv func(path string, v any) (T, bool)) {
-	v, path, ok := t.get(key)
-	if !ok {
-		return
-	}
-	arr, ok := v.([]any)
-	if !ok {
-		t.d.add(path, "must be an array, not %s", describe(v))
-		return
-	}
-	out := make([]T, len(arr))
-	for i, e := range arr {
-		p := indexPath(path, i)
-		t.d.see(p)
-		out[i], _ = conv(p, e)
-	}
-	*dst = out
+	return out, true
 }
 
 func (d *decoder) str(path string, v any) (string, bool) {

@@ -1,6 +1,14 @@
 // Package config owns gateway.toml: its schema (version 1), the defaults of
 // every key, and the checks that decide whether a file may run.
 //
+// The schema is written once, as the Config struct and its tags
+// (config.go): toml:"key" names each key, default:"…" gives its default,
+// values:"a|b" the values a string may take, reload:"apply" the keys a
+// reload puts in force. The decoder (decode.go), Default, the key paths of
+// Validate's errors, Dump (/config_dump), Diff, ReloadApplied and InForce
+// (reload.go) all read it (schema.go), and a test holds the shipped
+// gateway.toml to it: every key documented with its default.
+//
 // There is one load path. Load reads the file, Parse decodes it strictly
 // (unknown keys and wrong types are errors, with "did you mean" hints),
 // Default supplies every value the file leaves out, Validate checks the

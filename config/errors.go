@@ -63,10 +63,30 @@ func (e *Error) Error() string {
 // problems collects Errors while a Config is decoded and checked.
 type problems struct {
 	list []*Error
+	keys keyIndex // for at and path; nil while decoding, which knows its paths
 }
 
 func (p *problems) add(path, format string, args ...any) {
 	p.list = append(p.list, &Error{Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// at adds a problem with the value ptr points to, a key of the Config
+// being checked or an entry of one of its lists.
+func (p *problems) at(ptr any, format string, args ...any) {
+	p.add(p.path(ptr), format, args...)
+}
+
+// path is the key path of the value ptr points to.
+func (p *problems) path(ptr any) string {
+	return p.lookup(ptr).path
+}
+
+func (p *problems) lookup(ptr any) indexed {
+	x, ok := p.keys[ptr]
+	if !ok {
+		panic(fmt.Sprintf("config: %T is not a key of the config being checked", ptr))
+	}
+	return x
 }
 
 // errs returns the problems as an error, or nil when there are none.

@@ -25,24 +25,19 @@ func Load(path string) (*Config, error) {
 	c, d := decode(data)
 	if c != nil {
 		d.merge(c.check())
-		for _, f := range []struct {
-			path string
-			file *string
-		}{
-			{"tls.cert", &c.TLS.Cert},
-			{"tls.key", &c.TLS.Key},
-			{"tls.trust_bundle", &c.TLS.TrustBundle},
-		} {
-			if *f.file == "" {
+		files := problems{keys: indexKeys(c)}
+		for _, file := range []*string{&c.TLS.Cert, &c.TLS.Key, &c.TLS.TrustBundle} {
+			if *file == "" {
 				continue // already reported as required
 			}
-			if !filepath.IsAbs(*f.file) {
-				*f.file = filepath.Join(dir, *f.file)
+			if !filepath.IsAbs(*file) {
+				*file = filepath.Join(dir, *file)
 			}
-			if err := readable(*f.file); err != nil {
-				d.merge([]*Error{{Path: f.path, Msg: err.Error()}})
+			if err := readable(*file); err != nil {
+				files.at(file, "%v", err)
 			}
 		}
+		d.merge(files.list)
 	}
 	sortByOrder(d.list, d.order)
 	if err := d.errs(path); err != nil {

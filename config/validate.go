@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/meshtun/meshtun/identity"
 )
 
 // Validate checks c as a whole and returns an *Errors listing every
@@ -17,21 +19,23 @@ func (c *Config) Validate() error {
 	return p.errs("")
 }
 
-// check returns every problem with c, in schema order.
+// check returns every problem with c, in schema order. The checks name
+// the value they find wrong (p.at(&c.TUN.MTU, …)); its key path,
+// "tun.mtu", comes from the schema (keyIndex).
 func (c *Config) check() []*Error {
-	var p problems
+	p := problems{keys: indexKeys(c)}
 	switch c.Version {
 	case 0:
-		p.add("version", "required: the file must start with version = %d", schemaVersion)
+		p.at(&c.Version, "required: the file must start with version = %d", schemaVersion)
 	case schemaVersion:
 	default:
-		p.add("version", "unsupported version %d (this build understands %d)", c.Version, schemaVersion)
+		p.at(&c.Version, "unsupported version %d (this build understands %d)", c.Version, schemaVersion)
 	}
 	c.checkGateway(&p)
 	c.checkTUN(&p)
 	c.checkListeners(&p)
 	td := c.Gateway.TrustDomain
-	if checkTrustDomain(td) != nil {
+	if identity.CheckTrustDomain(td) != nil {
 		td = "" // reported once above; don't hold every identity against it
 	}
 	c.checkPeers(&p, td)
@@ -42,63 +46,66 @@ func (c *Config) check() []*Error {
 }
 
 func (c *Config) checkGateway(p *problems) {
-	if c.Gateway.Name == "" {
-		p.add("gateway.name", "required (it defaults to the host name, which could not be read)")
+	g := &c.Gateway
+	if g.Name == "" {
+		p.at(&g.Name, "required (it defaults to the host name, which could not be read)")
 	}
-	if err := checkTrustDomain(c.Gateway.TrustDomain); err != nil {
-		p.add("gateway.trust_domain", "%v", err)
+	if err := identity.CheckTrustDomain(g.TrustDomain); err != nil {
+		p.at(&g.TrustDomain, "%v", err)
 	}
-	nonNegative(p, "gateway.drain_timeout", c.Gateway.DrainTimeout)
+	if g.DrainTimeout.Duration < 0 {
+		p.at(&g.DrainTimeout, "must not be negative (got %s)", g.DrainTimeout)
+	}
 
-	oneOf(p, "log.level", c.Log.Level, "trace", "debug", "info", "warn", "error")
-	oneOf(p, "log.format", c.Log.Format, "text", "json")
+	oneOf(p, &c.Log.Level)
+	oneOf(p, &c.Log.Format)
 
-	required(p, "tls.cert", c.TLS.Cert, "the path of this gateway's certificate chain (PEM)")
-	required(p, "tls.key", c.TLS.Key, "the path of this gateway's private key (PEM)")
-	required(p, "tls.trust_bundle", c.TLS.TrustBundle, "the path of the roots peers' certificates must chain to (PEM)")
+	required(p, &c.TLS.Cert, "the path of this gateway's certificate chain (PEM)")
+	required(p, &c.TLS.Key, "the path of this gateway's private key (PEM)")
+	required(p, &c.TLS.TrustBundle, "the path of the roots peers' certificates must chain to (PEM)")
 }
 
 func (c *Config) checkTUN(p *problems) {
 	t := &c.TUN
 	switch {
 	case t.Name == "":
-		p.add("tun.name", "required")
+		p.at(&t.Name, "required")
 	case len(t.Name) > 15:
-		p.add("tun.name", "%q is longer than 15 bytes, the most Linux allows for an interface name", t.Name)
+		p.at(&t.Name, "%q is longer than 15 bytes, the most Linux allows for an interface name", t.Name)
 	case t.Name == "." || t.Name == ".." || strings.ContainsAny(t.Name, "/: \t\n"):
-		p.add("tun.name", "%q is not a valid interface name (no \"/\", \":\" or spaces)", t.Name)
+		p.at(&t.Name, "%q is not a valid interface name (no \"/\", \":\" or spaces)", t.Name)
 	}
 	if t.MTU < 576 || t.MTU > 65535 {
 		// 576 is the smallest datagram every IPv4 host must accept; 65535
 		// is the largest an IP packet can be.
-		p.add("tun.mtu", "%d is out of range (576..65535)", t.MTU)
+		p.at(&t.MTU, "%d is out of range (576..65535)", t.MTU)
 	}
-	for i, a := range t.Addresses {
-		if !a.IsValid() {
-			p.add(indexPath("tun.addresses", i), "invalid address")
+	for i := range t.Addresses {
+		if !t.Addresses[i].IsValid() {
+			p.at(&t.Addresses[i], "invalid address")
 		}
 	}
-	for i, r := range t.Routes {
-		checkCIDR(p, indexPath("tun.routes", i), r)
+	for i := range t.Routes {
+		checkCIDR(p, &t.Routes[i])
 	}
-	oneOf(p, "tun.offload", t.Offload, "auto", "on", "off")
+	oneOf(p, &t.Offload)
 
-	if c.Netstack.MaxInFlight < 1 {
-		p.add("netstack.max_in_flight", "must be at least 1 (got %d)", c.Netstack.MaxInFlight)
+	if n := &c.Netstack.MaxInFlight; *n < 1 {
+		p.at(n, "must be at least 1 (got %d)", *n)
 	}
 
 	h := &c.HBONE
-	for i, s := range h.Serve {
-		checkCIDR(p, indexPath("hbone.serve", i), s)
+	for i := range h.Serve {
+		checkCIDR(p, &h.Serve[i])
 	}
 	if h.MaxStreamsPerConn < 1 {
-		p.add("hbone.max_streams_per_conn", "must be at least 1 (got %d)", h.MaxStreamsPerConn)
+		p.at(&h.MaxStreamsPerConn, "must be at least 1 (got %d)", h.MaxStreamsPerConn)
 	}
 	if h.ConnsPerPeer < 1 || h.ConnsPerPeer > MaxConnsPerPeer {
-		p.add("hbone.conns_per_peer", "%d is out of range (1..%d)", h.ConnsPerPeer, MaxConnsPerPeer)
+		p.at(&h.ConnsPerPeer, "%d is out of range (1..%d)", h.ConnsPerPeer, MaxConnsPerPeer)
 	}
-	positive(p, "hbone.idle_timeout", h.IdleTimeout)
-	positive(p, "hbone.connect_timeout", h.ConnectTimeout)
+	positive(p, &h.IdleTimeout)
+	positive(p, &h.ConnectTimeout)
 }
 
 // checkListeners checks hbone.listen and the admin listeners, and that no
@@ -106,26 +113,21 @@ func (c *Config) checkTUN(p *problems) {
 func (c *Config) checkListeners(p *problems) {
 	type listener struct{ path, host, port string }
 	var ls []listener
-	for _, l := range []struct{ path, addr string }{
-		{"hbone.listen", c.HBONE.Listen},
-		{"admin.listen", c.Admin.Listen},
-		{"admin.metrics", c.Admin.Metrics},
-		{"admin.readiness", c.Admin.Readiness},
-	} {
-		if l.addr == "" {
+	for _, addr := range []*string{&c.HBONE.Listen, &c.Admin.Listen, &c.Admin.Metrics, &c.Admin.Readiness} {
+		if *addr == "" {
 			continue // off
 		}
-		host, port, err := splitListen(l.addr)
+		host, port, err := splitListen(*addr)
 		if err != nil {
-			p.add(l.path, "%v", err)
+			p.at(addr, "%v", err)
 			continue
 		}
 		for _, o := range ls {
 			if o.port == port && (o.host == host || unspecified(o.host) || unspecified(host)) {
-				p.add(l.path, "%q would bind the same port as %s", l.addr, o.path)
+				p.at(addr, "%q would bind the same port as %s", *addr, o.path)
 			}
 		}
-		ls = append(ls, listener{l.path, host, port})
+		ls = append(ls, listener{p.path(addr), host, port})
 	}
 }
 
@@ -140,7 +142,7 @@ func splitListen(s string) (host, port string, err error) {
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return "", "", fmt.Errorf("%q: port must be a number 1..65535; write it %s", s, like)
 	}
-	if _, err := netip.ParseAddr(host); host != "" && err != nil && checkHostname(host) != nil {
+	if _, err := netip.ParseAddr(host); host != "" && err != nil && identity.CheckHostname(host) != nil {
 		return "", "", fmt.Errorf("%q: %q is neither an IP address nor a host name", s, host)
 	}
 	return host, port, nil
@@ -155,32 +157,31 @@ func (c *Config) checkPeers(p *problems, td string) {
 	routed := map[netip.Prefix]string{} // CIDR → path of the peer that has it
 	for i := range c.Peers {
 		peer := &c.Peers[i]
-		base := indexPath("peers", i)
-		uniqueName(p, names, base, peer.Name)
+		uniqueName(p, names, &peer.Name, peer.Name, p.path(peer))
 		if len(peer.CIDRs) == 0 {
-			p.add(base+".cidrs", "required: the destinations to send to this peer, like [\"10.244.2.0/24\"]")
+			p.at(&peer.CIDRs, "required: the destinations to send to this peer, like [\"10.244.2.0/24\"]")
 		}
-		for j, cidr := range peer.CIDRs {
-			path := indexPath(base+".cidrs", j)
-			if !checkCIDR(p, path, cidr) {
+		for j := range peer.CIDRs {
+			cidr := &peer.CIDRs[j]
+			if !checkCIDR(p, cidr) {
 				continue
 			}
-			if other, dup := routed[cidr]; dup {
-				p.add(path, "%s is already routed to %s", cidr, other)
+			if other, dup := routed[*cidr]; dup {
+				p.at(cidr, "%s is already routed to %s", *cidr, other)
 				continue
 			}
-			routed[cidr] = fmt.Sprintf("%s (%q)", base, peer.Name)
+			routed[*cidr] = fmt.Sprintf("%s (%q)", p.path(peer), peer.Name)
 		}
 		switch {
 		case !peer.Address.IsValid():
-			p.add(base+".address", "required: the peer's HBONE ip:port, like \"192.0.2.2:15008\"")
+			p.at(&peer.Address, "required: the peer's HBONE ip:port, like \"192.0.2.2:15008\"")
 		default:
-			checkDialable(p, base+".address", peer.Address)
+			checkDialable(p, &peer.Address)
 		}
 		if peer.Identity == "" {
-			p.add(base+".identity", "required: the SPIFFE ID the peer must present, like %q", exampleID(td, "meshtun", "node-b"))
+			p.at(&peer.Identity, "required: the SPIFFE ID the peer must present, like %q", exampleID(td, "meshtun", "node-b"))
 		} else if err := checkIdentity(peer.Identity, td); err != nil {
-			p.add(base+".identity", "%v", err)
+			p.at(&peer.Identity, "%v", err)
 		}
 	}
 }
@@ -190,49 +191,49 @@ func (c *Config) checkWorkloads(p *problems, td string) {
 	addrs := map[netip.Addr]string{}
 	for i := range c.Workloads {
 		w := &c.Workloads[i]
-		base := indexPath("workloads", i)
-		required(p, base+".name", w.Name, "")
-		required(p, base+".namespace", w.Namespace, "")
-		checkNamePart(p, base+".name", w.Name)
-		checkNamePart(p, base+".namespace", w.Namespace)
+		base := p.path(w)
+		required(p, &w.Name, "")
+		required(p, &w.Namespace, "")
+		checkNamePart(p, &w.Name)
+		checkNamePart(p, &w.Namespace)
 		if w.Name != "" && w.Namespace != "" {
-			uniqueName(p, names, base, w.Namespace+"/"+w.Name)
+			uniqueName(p, names, &w.Name, w.Namespace+"/"+w.Name, base)
 		}
 		if len(w.Addresses) == 0 {
-			p.add(base+".addresses", "required: at least one IP address")
+			p.at(&w.Addresses, "required: at least one IP address")
 		}
-		for j, a := range w.Addresses {
-			path := indexPath(base+".addresses", j)
+		for j := range w.Addresses {
+			a := &w.Addresses[j]
 			if !a.IsValid() {
-				p.add(path, "invalid IP address")
+				p.at(a, "invalid IP address")
 				continue
 			}
-			if other, dup := addrs[a]; dup {
-				p.add(path, "%s is also the address of %s", a, other)
+			if other, dup := addrs[*a]; dup {
+				p.at(a, "%s is also the address of %s", *a, other)
 				continue
 			}
-			addrs[a] = fmt.Sprintf("%s (%s/%s)", base, w.Namespace, w.Name)
+			addrs[*a] = fmt.Sprintf("%s (%s/%s)", base, w.Namespace, w.Name)
 		}
-		oneOf(p, base+".protocol", w.Protocol, "HBONE", "TCP")
+		oneOf(p, &w.Protocol)
 		if w.Protocol == "HBONE" {
 			switch {
 			case w.HBONEAddress.IsValid():
-				checkDialable(p, base+".hbone_address", w.HBONEAddress)
+				checkDialable(p, &w.HBONEAddress)
 			case len(w.Addresses) > 0 && w.Addresses[0].IsValid():
 				// Parse fills it in; a Config built in code may not have.
-				p.add(base+".hbone_address", "required for protocol HBONE (Parse defaults it to the first address, port 15008)")
+				p.at(&w.HBONEAddress, "required for protocol HBONE (Parse defaults it to the first address, port 15008)")
 			}
 		}
 		if w.Identity != "" {
 			if err := checkIdentity(w.Identity, td); err != nil {
-				p.add(base+".identity", "%v", err)
+				p.at(&w.Identity, "%v", err)
 			}
 			continue
 		}
 		// The identity is derived from these two, so they must fit in a
 		// SPIFFE ID path.
-		required(p, base+".service_account", w.ServiceAccount, "")
-		checkNamePart(p, base+".service_account", w.ServiceAccount)
+		required(p, &w.ServiceAccount, "")
+		checkNamePart(p, &w.ServiceAccount)
 	}
 }
 
@@ -245,22 +246,22 @@ func (c *Config) checkServices(p *problems, td string) {
 	served := map[netip.AddrPort]string{} // VIP:port → path of the service
 	for i := range c.Services {
 		s := &c.Services[i]
-		base := indexPath("services", i)
-		required(p, base+".name", s.Name, "")
-		required(p, base+".namespace", s.Namespace, "")
+		base := p.path(s)
+		required(p, &s.Name, "")
+		required(p, &s.Namespace, "")
 		if s.Name != "" && s.Namespace != "" {
-			uniqueName(p, names, base, s.Namespace+"/"+s.Name)
+			uniqueName(p, names, &s.Name, s.Namespace+"/"+s.Name, base)
 		}
 		if s.Hostname != "" {
-			if err := checkHostname(s.Hostname); err != nil {
-				p.add(base+".hostname", "%v", err)
+			if err := identity.CheckHostname(s.Hostname); err != nil {
+				p.at(&s.Hostname, "%v", err)
 			}
 		}
 		if len(s.VIPs) == 0 {
-			p.add(base+".vips", "required: at least one virtual IP, like [\"10.96.0.10\"]")
+			p.at(&s.VIPs, "required: at least one virtual IP, like [\"10.96.0.10\"]")
 		}
 		if len(s.Ports) == 0 {
-			p.add(base+".ports", "required: service port = target port, like { 80 = 8080 }")
+			p.at(&s.Ports, "required: service port = target port, like { 80 = 8080 }")
 		}
 		ports := make([]uint16, 0, len(s.Ports))
 		for sp := range s.Ports {
@@ -268,7 +269,9 @@ func (c *Config) checkServices(p *problems, td string) {
 		}
 		slices.Sort(ports)
 		for _, sp := range ports {
-			path := joinPath(base+".ports", strconv.Itoa(int(sp)))
+			// A map's values have no address: the path of an entry is
+			// the map's and its key.
+			path := joinPath(p.path(&s.Ports), strconv.Itoa(int(sp)))
 			switch {
 			case sp == 0:
 				p.add(path, "service port 0 is not a port (1..65535)")
@@ -276,45 +279,45 @@ func (c *Config) checkServices(p *problems, td string) {
 				p.add(path, "target port 0 is not a port (1..65535)")
 			}
 		}
-		for j, vip := range s.VIPs {
-			path := indexPath(base+".vips", j)
+		for j := range s.VIPs {
+			vip := &s.VIPs[j]
 			if !vip.IsValid() {
-				p.add(path, "invalid IP address")
+				p.at(vip, "invalid IP address")
 				continue
 			}
 			for _, sp := range ports {
-				ap := netip.AddrPortFrom(vip, sp)
+				ap := netip.AddrPortFrom(*vip, sp)
 				if other, dup := served[ap]; dup {
-					p.add(path, "%s is already served by %s", ap, other)
+					p.at(vip, "%s is already served by %s", ap, other)
 					continue
 				}
 				served[ap] = fmt.Sprintf("%s (%s/%s)", base, s.Namespace, s.Name)
 			}
 		}
-		for j, ep := range s.Endpoints {
-			checkEndpoint(p, indexPath(base+".endpoints", j), ep, workloads)
+		for j := range s.Endpoints {
+			checkEndpoint(p, &s.Endpoints[j], workloads)
 		}
-		for j, san := range s.SubjectAltNames {
-			if err := checkIdentity(san, td); err != nil {
-				p.add(indexPath(base+".subject_alt_names", j), "%v", err)
+		for j := range s.SubjectAltNames {
+			if err := checkIdentity(s.SubjectAltNames[j], td); err != nil {
+				p.at(&s.SubjectAltNames[j], "%v", err)
 			}
 		}
 	}
 }
 
-func checkEndpoint(p *problems, path, ep string, workloads []string) {
-	ns, name, ok := strings.Cut(ep, "/")
+func checkEndpoint(p *problems, ep *string, workloads []string) {
+	ns, name, ok := strings.Cut(*ep, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-		p.add(path, "%q is not namespace/name of a workload, like \"default/web\"", ep)
+		p.at(ep, "%q is not namespace/name of a workload, like \"default/web\"", *ep)
 		return
 	}
-	if slices.Contains(workloads, ep) {
+	if slices.Contains(workloads, *ep) {
 		return
 	}
-	if s, ok := closest(ep, workloads); ok {
-		p.add(path, "no workload %q is declared in [[workloads]] (did you mean %q?)", ep, s)
+	if s, ok := closest(*ep, workloads); ok {
+		p.at(ep, "no workload %q is declared in [[workloads]] (did you mean %q?)", *ep, s)
 	} else {
-		p.add(path, "no workload %q is declared in [[workloads]]", ep)
+		p.at(ep, "no workload %q is declared in [[workloads]]", *ep)
 	}
 }
 
@@ -322,43 +325,27 @@ func (c *Config) checkPolicies(p *problems) {
 	names := map[string]string{}
 	for i := range c.Policies {
 		pol := &c.Policies[i]
-		base := indexPath("policies", i)
-		uniqueName(p, names, base, pol.Name)
+		uniqueName(p, names, &pol.Name, pol.Name, p.path(pol))
 		if pol.Action == "" {
-			p.add(base+".action", "required: allow | deny")
+			p.at(&pol.Action, "required: %s", strings.Join(p.lookup(&pol.Action).key.values, " | "))
 		} else {
-			oneOf(p, base+".action", pol.Action, "allow", "deny")
+			oneOf(p, &pol.Action)
 		}
 		for j := range pol.Rules {
 			r := &pol.Rules[j]
-			rb := indexPath(base+".rules", j)
-			patterns(p, rb+".principals", r.Principals, true)
-			patterns(p, rb+".not_principals", r.NotPrincipals, true)
-			patterns(p, rb+".namespaces", r.Namespaces, false)
-			patterns(p, rb+".not_namespaces", r.NotNamespaces, false)
-			for _, f := range []struct {
-				key  string
-				list []netip.Prefix
-			}{
-				{"source_ips", r.SourceIPs},
-				{"not_source_ips", r.NotSourceIPs},
-				{"destination_ips", r.DestinationIPs},
-				{"not_destination_ips", r.NotDestinationIPs},
-			} {
-				for k, cidr := range f.list {
-					checkCIDR(p, indexPath(rb+"."+f.key, k), cidr)
+			patterns(p, r.Principals, true)
+			patterns(p, r.NotPrincipals, true)
+			patterns(p, r.Namespaces, false)
+			patterns(p, r.NotNamespaces, false)
+			for _, list := range [][]netip.Prefix{r.SourceIPs, r.NotSourceIPs, r.DestinationIPs, r.NotDestinationIPs} {
+				for k := range list {
+					checkCIDR(p, &list[k])
 				}
 			}
-			for _, f := range []struct {
-				key  string
-				list []uint16
-			}{
-				{"destination_ports", r.DestinationPorts},
-				{"not_destination_ports", r.NotDestinationPorts},
-			} {
-				for k, port := range f.list {
-					if port == 0 {
-						p.add(indexPath(rb+"."+f.key, k), "port 0 is not a port (1..65535)")
+			for _, list := range [][]uint16{r.DestinationPorts, r.NotDestinationPorts} {
+				for k := range list {
+					if list[k] == 0 {
+						p.at(&list[k], "port 0 is not a port (1..65535)")
 					}
 				}
 			}
@@ -368,105 +355,92 @@ func (c *Config) checkPolicies(p *problems) {
 
 // patterns checks ztunnel-style string matches: exact, "prefix*",
 // "*suffix" or "*".
-func patterns(p *problems, path string, list []string, principals bool) {
+func patterns(p *problems, list []string, principals bool) {
 	for i, s := range list {
-		ip := indexPath(path, i)
 		switch {
 		case s == "":
-			p.add(ip, "empty; write \"*\" to match anything")
-		case principals && strings.HasPrefix(s, "spiffe://"):
-			p.add(ip, "%q: write principals without \"spiffe://\", like %q", s, strings.TrimPrefix(s, "spiffe://"))
+			p.at(&list[i], "empty; write \"*\" to match anything")
+		case principals && strings.HasPrefix(s, identity.Scheme):
+			p.at(&list[i], "%q: write principals without \"spiffe://\", like %q", s, strings.TrimPrefix(s, identity.Scheme))
 		case s != "*" && strings.Contains(strings.TrimSuffix(strings.TrimPrefix(s, "*"), "*"), "*"),
 			len(s) > 1 && strings.HasPrefix(s, "*") && strings.HasSuffix(s, "*"):
-			p.add(ip, "%q: \"*\" may only stand alone, or begin or end the pattern", s)
+			p.at(&list[i], "%q: \"*\" may only stand alone, or begin or end the pattern", s)
 		}
 	}
 }
 
-// checkCIDR reports whether cidr is a valid, masked prefix, and reports
+// checkCIDR reports whether *cidr is a valid, masked prefix, and reports
 // why not.
-func checkCIDR(p *problems, path string, cidr netip.Prefix) bool {
+func checkCIDR(p *problems, cidr *netip.Prefix) bool {
 	switch {
 	case !cidr.IsValid():
-		p.add(path, "invalid CIDR")
+		p.at(cidr, "invalid CIDR")
 		return false
-	case cidr != cidr.Masked():
-		p.add(path, "%s has address bits set past its /%d prefix (did you mean %s?)", cidr, cidr.Bits(), cidr.Masked())
+	case *cidr != cidr.Masked():
+		p.at(cidr, "%s has address bits set past its /%d prefix (did you mean %s?)", *cidr, cidr.Bits(), cidr.Masked())
 		return false
 	}
 	return true
 }
 
-func checkDialable(p *problems, path string, ap netip.AddrPort) {
+func checkDialable(p *problems, ap *netip.AddrPort) {
 	switch {
 	case ap.Port() == 0:
-		p.add(path, "%s: port 0 is not a port (1..65535)", ap)
+		p.at(ap, "%s: port 0 is not a port (1..65535)", *ap)
 	case ap.Addr().IsUnspecified():
-		p.add(path, "%s: the unspecified address cannot be dialled", ap)
+		p.at(ap, "%s: the unspecified address cannot be dialled", *ap)
 	}
 }
 
-func required(p *problems, path, v, what string) {
-	if v != "" {
+func required(p *problems, v *string, what string) {
+	if *v != "" {
 		return
 	}
 	if what == "" {
-		p.add(path, "required")
+		p.at(v, "required")
 	} else {
-		p.add(path, "required: %s", what)
+		p.at(v, "required: %s", what)
 	}
 }
 
-func oneOf(p *problems, path, v string, allowed ...string) {
-	if !slices.Contains(allowed, v) {
-		p.add(path, "%q is not one of: %s", v, strings.Join(allowed, " | "))
+// oneOf checks a key whose schema lists its values (values:"a|b").
+func oneOf(p *problems, v *string) {
+	allowed := p.lookup(v).key.values
+	if !slices.Contains(allowed, *v) {
+		p.at(v, "%q is not one of: %s", *v, strings.Join(allowed, " | "))
 	}
 }
 
-func uniqueName(p *problems, seen map[string]string, base, name string) {
-	if name == "" {
-		p.add(base+".name", "required")
+// uniqueName checks the name of the entry at base, whose name key is at;
+// unique is what must be unique among the entries of its array (the name,
+// or namespace/name).
+func uniqueName(p *problems, seen map[string]string, at *string, unique, base string) {
+	if unique == "" {
+		p.at(at, "required")
 		return
 	}
-	if other, dup := seen[name]; dup {
-		p.add(base+".name", "duplicate name %q (also %s)", name, other)
+	if other, dup := seen[unique]; dup {
+		p.at(at, "duplicate name %q (also %s)", unique, other)
 		return
 	}
-	seen[name] = base
+	seen[unique] = base
 }
 
-func nonNegative(p *problems, path string, d Duration) {
-	if d.Duration < 0 {
-		p.add(path, "must not be negative (got %s)", d)
-	}
-}
-
-func positive(p *problems, path string, d Duration) {
+func positive(p *problems, d *Duration) {
 	if d.Duration <= 0 {
-		p.add(path, "must be positive (got %s)", d)
+		p.at(d, "must be positive (got %s)", *d)
 	}
 }
 
 // checkNamePart checks a Kubernetes-style name that ends up in a SPIFFE ID
 // path segment or a "namespace/name" reference.
-func checkNamePart(p *problems, path, s string) {
-	if s != "" && !validSegment(s) {
-		p.add(path, "%q may hold only letters, digits, \".\", \"-\" and \"_\"", s)
+func checkNamePart(p *problems, s *string) {
+	if *s == "" {
+		return // reported as required
 	}
-}
-
-// checkTrustDomain applies the SPIFFE rules: lowercase letters, digits,
-// '.', '-' and '_', at most 255 bytes.
-func checkTrustDomain(td string) error {
-	if td == "" {
-		return fmt.Errorf("required: the SPIFFE trust domain of this mesh, like \"cluster.local\"")
+	if err := identity.CheckSegment(*s); err != nil {
+		p.at(s, "%v", err)
 	}
-	if len(td) > 255 || strings.IndexFunc(td, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_')
-	}) >= 0 {
-		return fmt.Errorf("invalid trust domain %q: use lowercase letters, digits, \".\", \"-\" and \"_\", like \"cluster.local\"", td)
-	}
-	return nil
 }
 
 // exampleID is a SPIFFE ID for messages.
@@ -474,57 +448,18 @@ func exampleID(td, ns, sa string) string {
 	if td == "" {
 		td = "cluster.local"
 	}
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", td, ns, sa)
+	return identity.WorkloadString(td, ns, sa)
 }
 
-// checkIdentity checks that id is a SPIFFE ID, spiffe://<td>/<path>, in
-// the trust domain td (any, if td is ""): the trust bundle holds the roots
-// of that domain only.
+// checkIdentity checks that id is a SPIFFE ID in the trust domain td (any,
+// if td is ""): the trust bundle holds the roots of that domain only.
 func checkIdentity(id, td string) error {
-	const scheme = "spiffe://"
-	example := fmt.Sprintf("like %q", exampleID(td, "default", "web"))
-	rest, ok := strings.CutPrefix(id, scheme)
-	if !ok {
-		return fmt.Errorf("%q is not a SPIFFE ID: write spiffe://<trust domain>/<path>, %s", id, example)
+	parsed, err := identity.Parse(id)
+	if err != nil {
+		return fmt.Errorf("%w, like %q", err, exampleID(td, "default", "web"))
 	}
-	host, path, ok := strings.Cut(rest, "/")
-	if !ok || path == "" {
-		return fmt.Errorf("%q has no path after the trust domain, %s", id, example)
-	}
-	if err := checkTrustDomain(host); err != nil {
-		return fmt.Errorf("%q: %v", id, err)
-	}
-	if td != "" && host != td {
-		return fmt.Errorf("%q is in trust domain %q, not this mesh's %q (gateway.trust_domain)", id, host, td)
-	}
-	for _, seg := range strings.Split(path, "/") {
-		if !validSegment(seg) || seg == "." || seg == ".." {
-			return fmt.Errorf("%q: path segment %q may hold only letters, digits, \".\", \"-\" and \"_\", and not be empty, \".\" or \"..\"", id, seg)
-		}
-	}
-	return nil
-}
-
-func validSegment(s string) bool {
-	return s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_')
-	}) < 0
-}
-
-// checkHostname checks a DNS name: dot-separated labels of 1..63 letters,
-// digits and '-', at most 253 bytes in all.
-func checkHostname(h string) error {
-	bad := fmt.Errorf("%q is not a valid host name", h)
-	if h == "" || len(h) > 253 {
-		return bad
-	}
-	for _, l := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' ||
-			strings.IndexFunc(l, func(r rune) bool {
-				return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-')
-			}) >= 0 {
-			return bad
-		}
+	if td != "" && parsed.TrustDomain() != td {
+		return fmt.Errorf("%q is in trust domain %q, not this mesh's %q (gateway.trust_domain)", id, parsed.TrustDomain(), td)
 	}
 	return nil
 }

@@ -1,16 +1,11 @@
 package gateway
 
 import (
-	"encoding"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
-	"reflect"
-	"sort"
-	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -32,7 +27,7 @@ import (
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, r *http.Request) {
-		b, err := json.MarshalIndent(configDump(g.snapshot().cfg), "", "  ")
+		b, err := json.MarshalIndent(config.Dump(g.snapshot().cfg), "", "  ")
 		if err != nil {
 			http.Error(w, "config dump: "+err.Error(), http.StatusInternalServerError)
 			return
@@ -80,87 +75,4 @@ func (g *Gateway) serveLogging(w http.ResponseWriter, r *http.Request) {
 
 func levelName(l hclog.Level) string {
 	return strings.ToLower(l.String())
-}
-
-// configDump turns cfg into a JSON-ready tree keyed like gateway.toml: a
-// struct field's key is its name in snake case (TrustDomain →
-// trust_domain, HBONEAddress → hbone_address, CIDRs → cidrs), which is the
-// convention config.go's field comments record. Values that know their
-// text form (addresses, prefixes, durations) are written as text.
-func configDump(cfg *config.Config) any {
-	return dumpValue(reflect.ValueOf(cfg).Elem())
-}
-
-func dumpValue(v reflect.Value) any {
-	if v.CanInterface() {
-		if tm, ok := v.Interface().(encoding.TextMarshaler); ok {
-			b, err := tm.MarshalText()
-			if err != nil {
-				return "invalid: " + err.Error()
-			}
-			return string(b)
-		}
-	}
-	switch v.Kind() {
-	case reflect.Struct:
-		out := make(map[string]any, v.NumField())
-		t := v.Type()
-		for i := range v.NumField() {
-			if f := t.Field(i); f.IsExported() {
-				out[snakeCase(f.Name)] = dumpValue(v.Field(i))
-			}
-		}
-		return out
-	case reflect.Slice, reflect.Array:
-		out := make([]any, v.Len())
-		for i := range v.Len() {
-			out[i] = dumpValue(v.Index(i))
-		}
-		return out
-	case reflect.Map:
-		out := make(map[string]any, v.Len())
-		keys := v.MapKeys()
-		sort.Slice(keys, func(i, j int) bool { return fmt.Sprint(keys[i]) < fmt.Sprint(keys[j]) })
-		for _, k := range keys {
-			out[fmt.Sprint(k)] = dumpValue(v.MapIndex(k))
-		}
-		return out
-	case reflect.Pointer, reflect.Interface:
-		if v.IsNil() {
-			return nil
-		}
-		return dumpValue(v.Elem())
-	case reflect.String:
-		return v.String()
-	case reflect.Bool:
-		return v.Bool()
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return v.Int()
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return v.Uint()
-	case reflect.Float32, reflect.Float64:
-		return v.Float()
-	}
-	return "unsupported " + v.Kind().String() + " " + strconv.Quote(v.Type().String())
-}
-
-// snakeCase turns a Go field name into its TOML key: words split where a
-// lower-case letter meets an upper-case one, and where an acronym meets
-// the next word (HBONEAddress → hbone_address); a plural acronym keeps its
-// s (CIDRs, VIPs).
-func snakeCase(name string) string {
-	r := []rune(name)
-	var b strings.Builder
-	for i, c := range r {
-		if i > 0 && unicode.IsUpper(c) {
-			prev := r[i-1]
-			nextLower := i+1 < len(r) && unicode.IsLower(r[i+1])
-			pluralAcronym := i+2 == len(r) && r[i+1] == 's' || i+2 < len(r) && r[i+1] == 's' && unicode.IsUpper(r[i+2])
-			if unicode.IsLower(prev) || unicode.IsDigit(prev) || (nextLower && !pluralAcronym) {
-				b.WriteByte('_')
-			}
-		}
-		b.WriteRune(unicode.ToLower(c))
-	}
-	return b.String()
 }

@@ -92,7 +92,7 @@ func TestConfigDumpRoundTrip(t *testing.T) {
 	}
 	// Compared through the dump: the decoder gives an absent list as
 	// nil, an empty one as [].
-	if !reflect.DeepEqual(configDump(back), configDump(cfg)) {
+	if !reflect.DeepEqual(config.Dump(back), config.Dump(cfg)) {
 		t.Errorf("the dump parses to another config:\n got %+v\nwant %+v", back, cfg)
 	}
 }
@@ -135,24 +135,6 @@ func tomlTree(v any) any {
 		return n
 	}
 	return v
-}
-
-func TestSnakeCase(t *testing.T) {
-	for in, want := range map[string]string{
-		"TrustDomain":       "trust_domain",
-		"HBONEAddress":      "hbone_address",
-		"HBONE":             "hbone",
-		"MTU":               "mtu",
-		"CIDRs":             "cidrs",
-		"VIPs":              "vips",
-		"NotDestinationIPs": "not_destination_ips",
-		"MaxInFlight":       "max_in_flight",
-		"ConnsPerPeer":      "conns_per_peer",
-	} {
-		if got := snakeCase(in); got != want {
-			t.Errorf("snakeCase(%q) = %q, want %q", in, got, want)
-		}
-	}
 }
 
 func TestLogging(t *testing.T) {

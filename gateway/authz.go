@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/identity"
 )
 
 // Authorization of inbound connections: ztunnel's L4 model
@@ -143,22 +144,11 @@ type authzSubject struct {
 
 func newAuthzSubject(c AuthzConn) authzSubject {
 	s := authzSubject{AuthzConn: c}
-	s.principal, s.hasPrincipal = strings.CutPrefix(c.Identity, "spiffe://")
-	s.namespace = spiffeNamespace(c.Identity)
+	s.principal, s.hasPrincipal = identity.Principal(c.Identity)
+	if id, err := identity.Parse(c.Identity); err == nil {
+		s.namespace = id.Namespace() // "" unless …/ns/<ns>/sa/<sa>
+	}
 	return s
-}
-
-// spiffeNamespace returns <ns> of spiffe://<td>/ns/<ns>/sa/<sa>, or "".
-func spiffeNamespace(id string) string {
-	rest, ok := strings.CutPrefix(id, "spiffe://")
-	if !ok {
-		return ""
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 5 || parts[1] != "ns" || parts[3] != "sa" || parts[0] == "" || parts[2] == "" || parts[4] == "" {
-		return ""
-	}
-	return parts[2]
 }
 
 func (p *authzPolicy) matches(s authzSubject) bool {

@@ -7,7 +7,9 @@ import (
 	"github.com/meshtun/meshtun/config"
 )
 
-func TestSpiffeNamespace(t *testing.T) {
+// The namespace policies match is that of an Istio workload identity;
+// any other identity has none.
+func TestSubjectNamespace(t *testing.T) {
 	tests := []struct{ id, want string }{
 		{"spiffe://cluster.local/ns/default/sa/web", "default"},
 		{"spiffe://td/ns/a-b/sa/x", "a-b"},
@@ -19,8 +21,8 @@ func TestSpiffeNamespace(t *testing.T) {
 		{"", ""},
 	}
 	for _, tt := range tests {
-		if got := spiffeNamespace(tt.id); got != tt.want {
-			t.Errorf("spiffeNamespace(%q) = %q, want %q", tt.id, got, tt.want)
+		if got := newAuthzSubject(AuthzConn{Identity: tt.id}).namespace; got != tt.want {
+			t.Errorf("namespace of %q = %q, want %q", tt.id, got, tt.want)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"errors"
-	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,7 +20,8 @@ import (
 // another; flows that started earlier keep the snapshot they took.
 //
 // What a reload applies: [[peers]], [[workloads]], [[services]],
-// [[policies]], hbone.serve, gateway.drain_timeout and log.level. Every
+// [[policies]], hbone.serve, gateway.drain_timeout and log.level, the keys
+// the config schema tags reload:"apply" (config.ReloadApplied). Every
 // other key is bound to something built once at start (the device and its
 // routes, the stack, the listeners, the pool, the certificates, the
 // loggers): a reload that changes one logs it as needing a restart and
@@ -78,15 +78,6 @@ func (s *snapshot) pickEndpoint(service string, n int) int {
 // snapshot is the config in force for a flow starting now.
 func (g *Gateway) snapshot() *snapshot { return g.cur.Load() }
 
-// runtimeKeys are the keys of the config's tables that Reload applies; the
-// other keys of those tables need a restart. The arrays of tables
-// ([[peers]] and the rest) are all applied.
-var runtimeKeys = map[string]bool{
-	"gateway.drain_timeout": true,
-	"log.level":             true,
-	"hbone.serve":           true,
-}
-
 // ErrReloadNil is Reload's answer to a nil config.
 var ErrReloadNil = errors.New("gateway: reload: no config")
 
@@ -141,59 +132,20 @@ func (g *Gateway) Reload(cfg *config.Config) (changed, restartNeeded []string, e
 }
 
 // diffConfig compares the config in force with a new one, key by key:
-// changed lists the keys Reload applies, restartNeeded the others. The
-// restart-only keys of next are set back to their values in cur, so next
-// becomes the config in force after the reload.
+// changed lists the keys Reload applies, restartNeeded the others (the
+// schema's reload tags decide, config.ReloadApplied). The restart-only
+// keys of next are set back to their values in cur, so next becomes the
+// config in force after the reload.
 func diffConfig(cur, next *config.Config) (changed, restartNeeded []string) {
-	cv, nv := reflect.ValueOf(cur).Elem(), reflect.ValueOf(next).Elem()
-	t := cv.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		switch f.Type.Kind() {
-		case reflect.Struct: // a table: [gateway], [tun], ...
-			table := tomlKey(f.Name)
-			for j := range f.Type.NumField() {
-				key := table + "." + tomlKey(f.Type.Field(j).Name)
-				a, b := cv.Field(i).Field(j), nv.Field(i).Field(j)
-				if reflect.DeepEqual(a.Interface(), b.Interface()) {
-					continue
-				}
-				if runtimeKeys[key] {
-					changed = append(changed, key)
-					continue
-				}
-				restartNeeded = append(restartNeeded, key)
-				b.Set(a)
-			}
-		case reflect.Slice: // an array of tables: [[peers]], ...
-			if !reflect.DeepEqual(cv.Field(i).Interface(), nv.Field(i).Interface()) {
-				changed = append(changed, tomlKey(f.Name))
-			}
+	for _, k := range config.Diff(cur, next) {
+		if config.ReloadApplied(k) {
+			changed = append(changed, k)
+		} else {
+			restartNeeded = append(restartNeeded, k)
 		}
 	}
+	*next = *config.InForce(cur, next)
 	return changed, restartNeeded
-}
-
-// tomlKey turns a Go field name into its TOML key: MaxInFlight →
-// max_in_flight, MTU → mtu, HBONE → hbone (the config package's naming).
-func tomlKey(name string) string {
-	var b strings.Builder
-	r := []rune(name)
-	for i, c := range r {
-		upper := c >= 'A' && c <= 'Z'
-		if upper && i > 0 {
-			prevLower := r[i-1] >= 'a' && r[i-1] <= 'z'
-			nextLower := i+1 < len(r) && r[i+1] >= 'a' && r[i+1] <= 'z'
-			if prevLower || (nextLower && r[i-1] >= 'A' && r[i-1] <= 'Z') {
-				b.WriteByte('_')
-			}
-		}
-		if upper {
-			c += 'a' - 'A'
-		}
-		b.WriteRune(c)
-	}
-	return b.String()
 }
 
 // watchInbound makes f, an inbound flow that authorized allowed as ac and

@@ -490,14 +490,3 @@ endpoints = ["default/w1", "default/w2"]
 		t.Fatalf("next endpoint after the reload: %d, want 1 (round robin continues)", got)
 	}
 }
-
-func TestTOMLKey(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"MTU", "mtu"}, {"HBONE", "hbone"}, {"MaxInFlight", "max_in_flight"}, {"TrustBundle", "trust_bundle"},
-		{"AccessLog", "access_log"}, {"MaxStreamsPerConn", "max_streams_per_conn"}, {"Policies", "policies"},
-	} {
-		if got := tomlKey(tc.in); got != tc.want {
-			t.Errorf("tomlKey(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
