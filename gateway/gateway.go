@@ -18,6 +18,7 @@ import (
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/identity"
 	"github.com/meshtun/meshtun/netstack"
 	"github.com/meshtun/meshtun/tun"
 )
@@ -60,7 +61,7 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: tls.cert/tls.key: %w", err)
 	}
-	if td, _ := hbone.ParseID(id); td != cfg.Gateway.TrustDomain {
+	if parsed, _ := identity.Parse(id); parsed.TrustDomain() != cfg.Gateway.TrustDomain {
 		return nil, fmt.Errorf("gateway: tls.cert: identity %s is not in gateway.trust_domain %q", id, cfg.Gateway.TrustDomain)
 	}
 	bundle, err := os.ReadFile(cfg.TLS.TrustBundle)

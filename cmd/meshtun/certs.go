@@ -5,8 +5,8 @@ import (
 	"io"
 	"strings"
 
-	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/identity"
 )
 
 func cmdCerts(args []string, stdout, stderr io.Writer) error {
@@ -44,8 +44,8 @@ a key and certificate NAME.pem / NAME-key.pem whose URI SAN is SPIFFE_ID
 		if name == "" || strings.ContainsAny(name, "/\\") {
 			return fmt.Errorf("%q: NAME must be a plain file name", arg)
 		}
-		if _, err := hbone.ParseID(id); err != nil {
-			return err
+		if _, err := identity.Parse(id); err != nil {
+			return fmt.Errorf("%q: %w", arg, err)
 		}
 		certPath, keyPath, err := ca.WriteLeaf(*out, name, id)
 		if err != nil {
