@@ -144,6 +144,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	g.pool = pool
+	g.metrics.pool.Store(pool)
 	closers = append(closers, func() { pool.Close() })
 
 	// Listeners first: a port in use is the likeliest start-up failure,
@@ -166,6 +167,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.server = srv
+		g.metrics.server.Store(srv)
 		closers = append(closers, func() { srv.Close() })
 	}
 	// The HTTP endpoints for operators: readiness, the admin listener
@@ -218,6 +220,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: netstack: %w", err)
 		}
 		closers = append(closers, func() { stack.Close() })
+		g.metrics.stack.Store(stack)
 	}
 
 	serveErr := make(chan error, 1)

@@ -1,20 +1,23 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone/devca"
@@ -27,111 +30,68 @@ type sample struct {
 	value  float64
 }
 
-// parseExposition parses Prometheus' text format strictly enough to catch
-// our mistakes: every sample's family must have been announced by HELP
-// and TYPE lines before it, label values must be quoted and escaped, and
-// no series may appear twice.
+// parseExposition parses a text exposition with the Prometheus text
+// parser, which rejects what Prometheus would (a sample before its
+// family's TYPE line, a bad escape, a TYPE twice), and checks what it
+// lets through: every family has a HELP line and no series appears
+// twice. Summaries and histograms become their _sum, _count, quantile and
+// bucket samples.
 func parseExposition(t *testing.T, text string) []sample {
 	t.Helper()
-	typed := map[string]string{}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("parse the exposition: %v\n%s", err, text)
+	}
 	seen := map[string]bool{}
 	var out []sample
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
-		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || (f[1] != "counter" && f[1] != "gauge") {
-				t.Fatalf("line %d: bad TYPE: %q", n, line)
-			}
-			typed[f[0]] = f[1]
-			continue
-		}
-		if strings.HasPrefix(line, "# HELP ") {
-			continue
-		}
-		if strings.HasPrefix(line, "#") {
-			t.Fatalf("line %d: unexpected comment %q", n, line)
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			t.Fatalf("line %d: %v: %q", n, err, line)
-		}
-		if typed[s.name] == "" {
-			t.Fatalf("line %d: sample of %s before its TYPE line", n, s.name)
-		}
-		key := s.name + fmt.Sprint(s.labels)
+	add := func(name string, labels map[string]string, v float64) {
+		key := name + fmt.Sprint(labels)
 		if seen[key] {
-			t.Fatalf("line %d: series twice: %q", n, line)
+			t.Fatalf("series twice: %s", key)
 		}
 		seen[key] = true
-		out = append(out, s)
+		out = append(out, sample{name, labels, v})
+	}
+	for name, f := range families {
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no HELP line", name)
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			with := func(k, v string) map[string]string {
+				out := maps.Clone(labels)
+				out[k] = v
+				return out
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				add(name, labels, m.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				add(name, labels, m.GetGauge().GetValue())
+			case dto.MetricType_UNTYPED:
+				add(name, labels, m.GetUntyped().GetValue())
+			case dto.MetricType_SUMMARY:
+				for _, q := range m.GetSummary().GetQuantile() {
+					add(name, with("quantile", fmt.Sprint(q.GetQuantile())), q.GetValue())
+				}
+				add(name+"_sum", labels, m.GetSummary().GetSampleSum())
+				add(name+"_count", labels, float64(m.GetSummary().GetSampleCount()))
+			case dto.MetricType_HISTOGRAM:
+				for _, b := range m.GetHistogram().GetBucket() {
+					add(name+"_bucket", with("le", fmt.Sprint(b.GetUpperBound())), float64(b.GetCumulativeCount()))
+				}
+				add(name+"_sum", labels, m.GetHistogram().GetSampleSum())
+				add(name+"_count", labels, float64(m.GetHistogram().GetSampleCount()))
+			default:
+				t.Fatalf("%s: unexpected type %v", name, f.GetType())
+			}
+		}
 	}
 	return out
-}
-
-func parseSample(line string) (sample, error) {
-	s := sample{labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ ")
-	if i <= 0 {
-		return s, fmt.Errorf("no metric name")
-	}
-	s.name, line = line[:i], line[i:]
-	if line[0] == '{' {
-		line = line[1:]
-		for line != "" && line[0] != '}' {
-			eq := strings.Index(line, `="`)
-			if eq <= 0 {
-				return s, fmt.Errorf("bad label at %q", line)
-			}
-			name := line[:eq]
-			line = line[eq+2:]
-			var v strings.Builder
-			closed := false
-			for j := 0; j < len(line); j++ {
-				c := line[j]
-				if c == '\\' && j+1 < len(line) {
-					j++
-					switch line[j] {
-					case 'n':
-						v.WriteByte('\n')
-					case '\\', '"':
-						v.WriteByte(line[j])
-					default:
-						return s, fmt.Errorf("bad escape \\%c", line[j])
-					}
-					continue
-				}
-				if c == '"' {
-					line = line[j+1:]
-					closed = true
-					break
-				}
-				v.WriteByte(c)
-			}
-			if !closed {
-				return s, fmt.Errorf("unterminated label value")
-			}
-			if _, dup := s.labels[name]; dup {
-				return s, fmt.Errorf("label %s twice", name)
-			}
-			s.labels[name] = v.String()
-			line = strings.TrimPrefix(line, ",")
-		}
-		if line == "" {
-			return s, fmt.Errorf("no closing brace")
-		}
-		line = line[1:]
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
-	if err != nil {
-		return s, err
-	}
-	s.value = v
-	return s, nil
 }
 
 // find returns the value of the one sample of name whose labels include
@@ -310,11 +270,9 @@ func TestMetricsCloseOnce(t *testing.T) {
 	fl.sent = 10
 	fl.emit(nil)
 	fl.emit(nil)
-	var buf strings.Builder
-	w := bufio.NewWriter(&buf)
-	g.writeMetrics(w)
-	w.Flush()
-	samples := parseExposition(t, buf.String())
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	samples := scrape(t, srv.URL, "/metrics")
 	for name, want := range map[string]float64{
 		"istio_tcp_connections_opened_total": 1,
 		"istio_tcp_connections_closed_total": 1,
@@ -326,17 +284,31 @@ func TestMetricsCloseOnce(t *testing.T) {
 	}
 }
 
+// Label values with quotes, backslashes and newlines (a workload's name
+// in the config may hold any of them) come back from the exposition
+// as they went in, with the 8 labels of Istio's TCP metrics.
 func TestMetricsLabelEscaping(t *testing.T) {
-	l := tcpLabels{reporter: "source", sourceWorkload: "a\"b\\c\nd", responseFlags: "-"}
-	s, err := parseSample("m{" + l.String() + "} 1")
-	if err != nil {
-		t.Fatal(err)
+	g := metricsGateway(t)
+	const odd = "a\"b\\c\nd"
+	fl := &flowLog{direction: outbound}
+	fl.openMetrics(g.metrics, tcpLabels{reporter: "source", sourceWorkload: odd})
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	var found int
+	for _, s := range scrape(t, srv.URL, "/metrics") {
+		if s.name != "istio_tcp_connections_opened_total" {
+			continue
+		}
+		found++
+		if got := s.labels["source_workload"]; got != odd {
+			t.Errorf("round trip of an escaped value: %q, want %q", got, odd)
+		}
+		if len(s.labels) != 8 {
+			t.Errorf("labels: %v, want the 8 of Istio's TCP metrics", s.labels)
+		}
 	}
-	if got := s.labels["source_workload"]; got != "a\"b\\c\nd" {
-		t.Errorf("round trip of an escaped value: %q", got)
-	}
-	if len(s.labels) != 8 {
-		t.Errorf("labels: %v, want the 8 of Istio's TCP metrics", s.labels)
+	if found != 1 {
+		t.Errorf("%d series of istio_tcp_connections_opened_total, want 1", found)
 	}
 }
 
