@@ -11,16 +11,20 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/netstack"
 )
 
 // sample is one line of a text exposition.
@@ -390,5 +394,236 @@ metrics = %q
 	err = g.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "admin.metrics") {
 		t.Fatalf("Run with admin.metrics in use: %v, want an error naming admin.metrics", err)
+	}
+}
+
+// scrapeFamilies returns the families of a scrape with their TYPE, HELP and
+// samples, parsed by the Prometheus text parser.
+func scrapeFamilies(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return families
+}
+
+// Every family the gateway exports is there with its type and a HELP
+// line: Istio's, the gateway's, the packages' (while they run) and the Go
+// and process collectors'. The process and Go gauges read this process.
+func TestMetricsFamilies(t *testing.T) {
+	g := metricsGateway(t)
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	fl := &flowLog{direction: outbound}
+	fl.openMetrics(g.metrics, g.outboundLabels(netip.MustParseAddrPort("10.244.1.5:40000"), Plan{Kind: Deny}))
+	defer fl.emit(nil)
+
+	ca, err := devca.New("cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.KeyPair(testIDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := hbone.NewPool(hbone.PoolOptions{Certificate: cert, Roots: ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	server, err := hbone.NewServer(hbone.ServerOptions{Certificate: cert, Roots: ca.Pool(), TrustDomain: "cluster.local",
+		Handler: func(r *hbone.Request) { r.Reject(http.StatusForbidden) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+
+	counter, gauge := dto.MetricType_COUNTER, dto.MetricType_GAUGE
+	packages := map[string]dto.MetricType{
+		"meshtun_hbone_pool_connections_opened_total":     counter,
+		"meshtun_hbone_pool_connections_open":             gauge,
+		"meshtun_hbone_pool_streams_open":                 gauge,
+		"meshtun_hbone_server_connections_accepted_total": counter,
+		"meshtun_hbone_server_streams_accepted_total":     counter,
+		"meshtun_hbone_server_streams_rejected_total":     counter,
+		"meshtun_hbone_server_connections_open":           gauge,
+		"meshtun_hbone_server_streams_open":               gauge,
+	}
+	always := map[string]dto.MetricType{
+		"istio_tcp_connections_opened_total": counter,
+		"istio_tcp_connections_closed_total": counter,
+		"istio_tcp_received_bytes_total":     counter,
+		"istio_tcp_sent_bytes_total":         counter,
+		"meshtun_flows_open":                 gauge,
+		"meshtun_relay_buffers_in_use":       gauge,
+		"meshtun_build_info":                 gauge,
+		"go_goroutines":                      gauge,
+		"go_memstats_heap_alloc_bytes":       gauge,
+		"go_info":                            gauge,
+		"process_resident_memory_bytes":      gauge,
+		"process_open_fds":                   gauge,
+		"process_cpu_seconds_total":          counter,
+	}
+	check := func(families map[string]*dto.MetricFamily, want map[string]dto.MetricType) {
+		t.Helper()
+		for name, typ := range want {
+			f := families[name]
+			switch {
+			case f == nil:
+				t.Errorf("no family %s", name)
+			case f.GetType() != typ:
+				t.Errorf("%s is a %v, want a %v", name, f.GetType(), typ)
+			case f.GetHelp() == "":
+				t.Errorf("%s has no HELP", name)
+			case len(f.GetMetric()) == 0:
+				t.Errorf("%s has no sample", name)
+			}
+		}
+	}
+
+	// The pool and the server not running yet: their families have no
+	// sample, and no netstack runs in this test.
+	families := scrapeFamilies(t, srv.URL+"/metrics")
+	check(families, always)
+	for name := range families {
+		if strings.HasPrefix(name, "meshtun_hbone_") || strings.HasPrefix(name, "meshtun_netstack_") {
+			t.Errorf("%s exported while its package is not running", name)
+		}
+	}
+	for name, f := range families {
+		if f.GetType() == counter && !strings.HasSuffix(name, "_total") {
+			t.Errorf("counter %s: name without _total", name)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		ok   func(float64) bool
+	}{
+		{"go_goroutines", func(v float64) bool { return v >= 1 }},
+		{"process_resident_memory_bytes", func(v float64) bool { return v >= 1<<20 }},
+		{"process_open_fds", func(v float64) bool { return v >= 3 }},
+	} {
+		if m := families[c.name].GetMetric(); len(m) != 1 || !c.ok(m[0].GetGauge().GetValue()) {
+			t.Errorf("%s = %v: not a value of a running process", c.name, m)
+		}
+	}
+	info := families["meshtun_build_info"].GetMetric()
+	if len(info) != 1 || info[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("meshtun_build_info: %v, want one sample of 1", info)
+	}
+	labels := map[string]string{}
+	for _, lp := range info[0].GetLabel() {
+		labels[lp.GetName()] = lp.GetValue()
+	}
+	if labels["goversion"] != runtime.Version() || labels["version"] == "" || len(labels) != 2 {
+		t.Errorf("meshtun_build_info labels %v, want version and goversion %s", labels, runtime.Version())
+	}
+
+	// Running, with one connection from the pool to the server and one
+	// CONNECT, which the server rejects.
+	g.metrics.pool.Store(pool)
+	g.metrics.server.Store(server)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { server.Serve(ln); close(served) }()
+	defer func() { server.Close(); <-served }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = pool.Connect(ctx, hbone.ConnectRequest{
+		Address:    ln.Addr().(*net.TCPAddr).AddrPort(),
+		Authority:  netip.MustParseAddrPort("10.244.2.5:80"),
+		Identities: []string{testIDA},
+	})
+	if err == nil {
+		t.Fatal("Connect succeeded; the server rejects every CONNECT")
+	}
+	families = scrapeFamilies(t, srv.URL+"/metrics")
+	check(families, packages)
+	for name, want := range map[string]float64{
+		"meshtun_hbone_pool_connections_opened_total":     1,
+		"meshtun_hbone_pool_connections_open":             1,
+		"meshtun_hbone_server_connections_accepted_total": 1,
+		"meshtun_hbone_server_streams_accepted_total":     0,
+		"meshtun_hbone_server_streams_rejected_total":     1,
+	} {
+		m := families[name].GetMetric()
+		if len(m) != 1 {
+			t.Errorf("%s: %d samples, want 1", name, len(m))
+			continue
+		}
+		if got := m[0].GetCounter().GetValue() + m[0].GetGauge().GetValue(); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// Each field of the packages' Stats lands in its own family: the tables
+// are fed values that differ from field to field.
+func TestMetricsStatsTables(t *testing.T) {
+	gather := func(c prometheus.Collector) map[string]float64 {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c)
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, f := range families {
+			m := f.GetMetric()[0]
+			out[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+		return out
+	}
+	running := func(s netstack.Stats) func() (netstack.Stats, bool) {
+		return func() (netstack.Stats, bool) { return s, true }
+	}
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+		want map[string]float64
+	}{
+		{"netstack", &statsCollector[netstack.Stats]{stats: running(netstack.Stats{
+			Requests: 1, Forwarded: 2, Rejected: 3, AcceptFailures: 4, InFlightDrops: 5, BadChecksums: 6,
+		}), families: netstackFamilies}, map[string]float64{
+			"meshtun_netstack_requests_total":        1,
+			"meshtun_netstack_forwarded_total":       2,
+			"meshtun_netstack_rejected_total":        3,
+			"meshtun_netstack_accept_failures_total": 4,
+			"meshtun_netstack_in_flight_drops_total": 5,
+			"meshtun_netstack_bad_checksums_total":   6,
+		}},
+		{"pool", &statsCollector[hbone.PoolStats]{stats: func() (hbone.PoolStats, bool) {
+			return hbone.PoolStats{ConnsOpened: 1, ConnsOpen: 2, StreamsOpen: 3}, true
+		}, families: poolFamilies}, map[string]float64{
+			"meshtun_hbone_pool_connections_opened_total": 1,
+			"meshtun_hbone_pool_connections_open":         2,
+			"meshtun_hbone_pool_streams_open":             3,
+		}},
+		{"server", &statsCollector[hbone.ServerStats]{stats: func() (hbone.ServerStats, bool) {
+			return hbone.ServerStats{ConnsAccepted: 1, StreamsAccepted: 2, StreamsRejected: 3, ConnsOpen: 4, StreamsOpen: 5}, true
+		}, families: serverFamilies}, map[string]float64{
+			"meshtun_hbone_server_connections_accepted_total": 1,
+			"meshtun_hbone_server_streams_accepted_total":     2,
+			"meshtun_hbone_server_streams_rejected_total":     3,
+			"meshtun_hbone_server_connections_open":           4,
+			"meshtun_hbone_server_streams_open":               5,
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := gather(c.c); !maps.Equal(got, c.want) {
+				t.Errorf("gathered %v, want %v", got, c.want)
+			}
+		})
 	}
 }
