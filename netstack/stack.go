@@ -298,7 +298,8 @@ func (s *Stack) Close() error {
 		s.closeErr = s.closeFD()
 		st := s.Stats()
 		s.log.Info("stack closed", "requests", st.Requests, "forwarded", st.Forwarded,
-			"rejected", st.Rejected, "accept_failures", st.AcceptFailures, "in_flight_drops", st.InFlightDrops)
+			"rejected", st.Rejected, "accept_failures", st.AcceptFailures, "in_flight_drops", st.InFlightDrops,
+			"bad_checksums", st.BadChecksums)
 	})
 	return s.closeErr
 }
