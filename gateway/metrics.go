@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
 	"runtime"
@@ -144,7 +145,7 @@ func newMetrics() *metrics {
 		flowsOpen(0, outbound), flowsOpen(1, inbound),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshtun_relay_buffers_in_use",
-			Help: "Pooled relay buffers (256 KiB each) held by flows now: only directions that are moving data hold one.",
+			Help: fmt.Sprintf("Pooled relay buffers (%d KiB each) held by flows now: only directions that are moving data hold one.", relayBufSize>>10),
 		}, func() float64 { return float64(relayBufsOut.Load()) }),
 		&statsCollector[netstack.Stats]{stats: statsOf(&m.stack, (*netstack.Stack).Stats), families: netstackFamilies},
 		&statsCollector[hbone.PoolStats]{stats: statsOf(&m.pool, (*hbone.Pool).Stats), families: poolFamilies},
