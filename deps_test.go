@@ -24,7 +24,7 @@ var allowed = map[string]struct {
 	"netstack":    {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
 	"hbone":       {[]string{"identity"}, []string{"golang.org/x/net", "github.com/hashicorp/go-hclog"}},
 	"hbone/devca": {[]string{"hbone"}, nil},
-	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys"}},
+	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
 }
 
 func TestPackageDependencies(t *testing.T) {

@@ -45,7 +45,7 @@ type flowLog struct {
 // openMetrics counts the flow as opened with labels l (metrics.go); emit
 // then counts it as closed, with its response flag and bytes.
 func (f *flowLog) openMetrics(m *metrics, l tcpLabels) {
-	f.metrics = m.openFlow(f.direction, l)
+	f.metrics = m.openFlow(l)
 }
 
 // emit ends a connection's bookkeeping: it counts the close in the

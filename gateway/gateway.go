@@ -83,6 +83,7 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 		readyCh:  make(chan struct{}),
 		metrics:  newMetrics(),
 	}
+	g.metrics.openFlows = g.flows.open
 	g.cur.Store(newSnapshot(cfg, nil))
 	if cfg.Log.AccessLog {
 		g.flows.log = log.Named("access")
@@ -131,6 +132,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	g.pool = pool
+	g.metrics.pool.Store(pool)
 	closers = append(closers, func() { pool.Close() })
 
 	// Listeners first: a port in use is the likeliest start-up failure,
@@ -153,6 +155,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		g.server = srv
+		g.metrics.server.Store(srv)
 		closers = append(closers, func() { srv.Close() })
 	}
 	// The HTTP endpoints for operators: readiness, the admin listener
@@ -205,6 +208,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: netstack: %w", err)
 		}
 		closers = append(closers, func() { stack.Close() })
+		g.metrics.stack.Store(stack)
 	}
 
 	serveErr := make(chan error, 1)

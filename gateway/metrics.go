@@ -1,22 +1,28 @@
 package gateway
 
 import (
-	"bufio"
-	"cmp"
 	"fmt"
 	"net/http"
 	"net/netip"
-	"slices"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/netstack"
 )
 
 // The gateway's metrics, served on admin.metrics at /metrics and
-// /stats/prometheus in Prometheus' text exposition format (version 0.0.4).
+// /stats/prometheus by promhttp from a registry of the gateway's own (not
+// client_golang's global one), in Prometheus' text exposition format.
 // The four TCP families carry Istio's names and labels, so that Istio's
 // dashboards read them as they read ztunnel's:
 //
@@ -34,12 +40,22 @@ import (
 // Bytes are added as the relay writes them (flowMetrics.relayCounters),
 // so a long-lived flow's bytes show while it runs. They go to the series
 // of the flow's opening labels (response_flags "-"), as ztunnel's do; a
-// flow that did not get through moved no bytes.
+// flow that did not get through moved no bytes. Each label set's four
+// counters are resolved once, when a flow first needs them (tcpSeries),
+// and the flow keeps them: the relay's per-write Add is an atomic add,
+// with no lookup and no label hashing.
 //
 // Label values come from the configuration (workload names, service
 // hostnames) and from certificate identities, never from addresses or
 // ports, so the number of series stays bounded by the mesh's size. A
 // value the gateway does not know is "unknown".
+//
+// Next to them: meshtun_flows_open{direction}; the counters of netstack,
+// of the HBONE pool and of the HBONE server, read from their Stats at
+// scrape time (statsCollector; the tables netstackFamilies,
+// poolFamilies, serverFamilies); meshtun_relay_buffers_in_use;
+// meshtun_build_info; and client_golang's Go (go_*) and process
+// (process_*) collectors: goroutines, heap, RSS, open file descriptors.
 
 // unknown is the label value for what the gateway does not know.
 const unknown = "unknown"
@@ -64,22 +80,35 @@ type tcpLabels struct {
 	securityPolicy       string
 }
 
-// tcpCounts are the counters of one series.
-type tcpCounts struct {
-	opened, closed, sent, received atomic.Uint64
+// tcpSeries are the four counters of one label set, resolved children
+// of the istio_tcp_* vectors.
+type tcpSeries struct {
+	opened, closed, received, sent prometheus.Counter
 }
 
-// metrics holds the gateway's counters. It is safe for concurrent use.
+// metrics holds the gateway's counters and the registry that serves them.
+// It is safe for concurrent use.
 type metrics struct {
-	mu     sync.Mutex
-	series map[tcpLabels]*tcpCounts
+	reg *prometheus.Registry
+	tcp struct{ opened, closed, received, sent *prometheus.CounterVec }
 
-	flowsOpen [2]atomic.Int64 // by direction: 0 outbound, 1 inbound
+	mu     sync.Mutex
+	series map[tcpLabels]*tcpSeries // guarded by mu
+
+	// openFlows counts the flows open in a direction: the gateway's flow
+	// table, the one record of open flows. Set once, before serving.
+	openFlows func(direction string) int
 
 	// index names the configured workloads and services of the config in
 	// force: the only workload and service label values besides
 	// "unknown". Rebuilt when a reload brings a new config.
 	index atomic.Pointer[labelIndex]
+
+	// The packages whose counters are exported, stored by Run as it
+	// starts them; a family of a package not running has no sample.
+	pool   atomic.Pointer[hbone.Pool]
+	server atomic.Pointer[hbone.Server]
+	stack  atomic.Pointer[netstack.Stack]
 }
 
 // labelIndex is what labels are looked up in, for one config.
@@ -90,7 +119,58 @@ type labelIndex struct {
 }
 
 func newMetrics() *metrics {
-	return &metrics{series: make(map[tcpLabels]*tcpCounts)}
+	m := &metrics{reg: prometheus.NewRegistry(), series: make(map[tcpLabels]*tcpSeries)}
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, tcpLabelNames[:])
+	}
+	m.tcp.opened = vec("istio_tcp_connections_opened_total", "The total number of TCP connections opened.")
+	m.tcp.closed = vec("istio_tcp_connections_closed_total", "The total number of TCP connections closed.")
+	m.tcp.received = vec("istio_tcp_received_bytes_total", "The bytes received during request (client to server), counted as they flow.")
+	m.tcp.sent = vec("istio_tcp_sent_bytes_total", "The bytes sent during response (server to client), counted as they flow.")
+
+	flowsOpen := func(direction string) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "meshtun_flows_open",
+			Help:        "Connections the gateway is carrying now, by direction.",
+			ConstLabels: prometheus.Labels{"direction": direction},
+		}, func() float64 {
+			if m.openFlows == nil {
+				return 0
+			}
+			return float64(m.openFlows(direction))
+		})
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "meshtun_build_info",
+		Help:        "Always 1; version is the main module's version as the Go toolchain stamped it, goversion the Go release it was built with.",
+		ConstLabels: prometheus.Labels{"version": buildVersion(), "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
+
+	m.reg.MustRegister(
+		m.tcp.opened, m.tcp.closed, m.tcp.received, m.tcp.sent,
+		flowsOpen(outbound), flowsOpen(inbound),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meshtun_relay_buffers_in_use",
+			Help: fmt.Sprintf("Pooled relay buffers (%d KiB each) held by flows now: only directions that are moving data hold one.", relayBufSize>>10),
+		}, func() float64 { return float64(relayBufsOut.Load()) }),
+		&statsCollector[netstack.Stats]{stats: statsOf(&m.stack, (*netstack.Stack).Stats), families: netstackFamilies},
+		&statsCollector[hbone.PoolStats]{stats: statsOf(&m.pool, (*hbone.Pool).Stats), families: poolFamilies},
+		&statsCollector[hbone.ServerStats]{stats: statsOf(&m.server, (*hbone.Server).Stats), families: serverFamilies},
+		buildInfo,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// buildVersion is the main module's version in the binary's build info:
+// a tag, or a pseudo-version naming the commit; "unknown" without one.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return unknown
 }
 
 // indexFor returns the label index of cfg, building it on first use.
@@ -113,20 +193,38 @@ func (m *metrics) indexFor(cfg *config.Config) *labelIndex {
 	return x
 }
 
-// countsLocked returns the counters of l, creating them.
-func (m *metrics) countsLocked(l tcpLabels) *tcpCounts {
+// counts returns the counters of l, resolving them on first use. All four
+// are resolved together, so a label set has a sample in each family.
+func (m *metrics) counts(l tcpLabels) *tcpSeries {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	c := m.series[l]
 	if c == nil {
-		c = new(tcpCounts)
+		v := l.values()
+		c = &tcpSeries{
+			opened:   m.tcp.opened.WithLabelValues(v[:]...),
+			closed:   m.tcp.closed.WithLabelValues(v[:]...),
+			received: m.tcp.received.WithLabelValues(v[:]...),
+			sent:     m.tcp.sent.WithLabelValues(v[:]...),
+		}
 		m.series[l] = c
 	}
 	return c
 }
 
-func (m *metrics) counts(l tcpLabels) *tcpCounts {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.countsLocked(l)
+// tcpLabelNames are the labels of the istio_tcp_* families, in the order
+// of tcpLabels.values.
+var tcpLabelNames = [...]string{
+	"reporter", "source_principal", "destination_principal", "source_workload",
+	"destination_workload", "destination_service", "response_flags", "connection_security_policy",
+}
+
+// values are l's label values, in the order of tcpLabelNames.
+func (l tcpLabels) values() [len(tcpLabelNames)]string {
+	return [...]string{
+		l.reporter, l.sourcePrincipal, l.destinationPrincipal, l.sourceWorkload,
+		l.destinationWorkload, l.destinationService, l.responseFlags, l.securityPolicy,
+	}
 }
 
 // workload is the workload label of addr.
@@ -141,8 +239,7 @@ func (x *labelIndex) workload(addr netip.Addr) string {
 type flowMetrics struct {
 	m      *metrics
 	labels tcpLabels  // as opened (response_flags "-")
-	open   *tcpCounts // the series of labels
-	dir    int
+	open   *tcpSeries // the counters of labels
 	live   bool // the relay adds the bytes as they flow (relayCounters)
 }
 
@@ -155,18 +252,14 @@ func (fm *flowMetrics) relayCounters() relayCounters {
 		return relayCounters{}
 	}
 	fm.live = true
-	return relayCounters{aToB: &fm.open.received, bToA: &fm.open.sent}
+	return relayCounters{aToB: fm.open.received, bToA: fm.open.sent}
 }
 
 // openFlow counts a flow as opened and returns what closeFlow needs.
-func (m *metrics) openFlow(direction string, l tcpLabels) *flowMetrics {
+func (m *metrics) openFlow(l tcpLabels) *flowMetrics {
 	l.responseFlags = "-"
 	fm := &flowMetrics{m: m, labels: l, open: m.counts(l)}
-	if direction == inbound {
-		fm.dir = 1
-	}
-	fm.open.opened.Add(1)
-	m.flowsOpen[fm.dir].Add(1)
+	fm.open.opened.Inc()
 	return fm
 }
 
@@ -175,10 +268,10 @@ func (m *metrics) openFlow(direction string, l tcpLabels) *flowMetrics {
 // client → server, response back.
 func (fm *flowMetrics) close(flag string, request, response int64) {
 	if request > 0 && !fm.live {
-		fm.open.received.Add(uint64(request))
+		fm.open.received.Add(float64(request))
 	}
 	if response > 0 && !fm.live {
-		fm.open.sent.Add(uint64(response))
+		fm.open.sent.Add(float64(response))
 	}
 	closed := fm.open
 	if flag != "" {
@@ -186,8 +279,7 @@ func (fm *flowMetrics) close(flag string, request, response int64) {
 		l.responseFlags = flag
 		closed = fm.m.counts(l)
 	}
-	closed.closed.Add(1)
-	fm.m.flowsOpen[fm.dir].Add(-1)
+	closed.closed.Inc()
 }
 
 // outboundLabels are the labels of a flow captured by the TUN from src
@@ -264,104 +356,115 @@ func orUnknown(s string) string {
 	return s
 }
 
-// The TCP families, in exposition order.
-var tcpFamilies = []struct {
-	name, help string
-	value      func(*tcpCounts) uint64
-}{
-	{"istio_tcp_connections_opened_total", "The total number of TCP connections opened.",
-		func(c *tcpCounts) uint64 { return c.opened.Load() }},
-	{"istio_tcp_connections_closed_total", "The total number of TCP connections closed.",
-		func(c *tcpCounts) uint64 { return c.closed.Load() }},
-	{"istio_tcp_received_bytes_total", "The bytes received during request (client to server), counted as they flow.",
-		func(c *tcpCounts) uint64 { return c.received.Load() }},
-	{"istio_tcp_sent_bytes_total", "The bytes sent during response (server to client), counted as they flow.",
-		func(c *tcpCounts) uint64 { return c.sent.Load() }},
-}
-
-// metricsHandler serves the exposition on /metrics and /stats/prometheus
-// (the path Istio's sidecars and ztunnel are scraped at).
+// metricsHandler serves the registry on /metrics and /stats/prometheus
+// (the path Istio's sidecars and ztunnel are scraped at). A collector
+// that fails is logged and the rest is served.
 func (g *Gateway) metricsHandler() http.Handler {
-	mux := http.NewServeMux()
-	h := func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		bw := bufio.NewWriter(w)
-		g.writeMetrics(bw)
-		bw.Flush()
+	log := g.log
+	if log == nil {
+		log = hclog.NewNullLogger()
 	}
-	mux.HandleFunc("GET /metrics", h)
-	mux.HandleFunc("GET /stats/prometheus", h)
+	h := promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{
+		ErrorLog:      log.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Warn}),
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      g.metrics.reg, // promhttp_metric_handler_errors_total
+	})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h)
+	mux.Handle("GET /stats/prometheus", h)
 	return mux
 }
 
-// writeMetrics writes every family in the text exposition format, series
-// sorted by their labels so that scrapes are stable.
-func (g *Gateway) writeMetrics(w *bufio.Writer) {
-	m := g.metrics
-	m.mu.Lock()
-	type entry struct {
-		l tcpLabels
-		c *tcpCounts
-	}
-	series := make([]entry, 0, len(m.series))
-	for l, c := range m.series {
-		series = append(series, entry{l, c})
-	}
-	m.mu.Unlock()
-	slices.SortFunc(series, func(a, b entry) int { return cmp.Compare(a.l.String(), b.l.String()) })
+// statFamily is one family read from a package's Stats value S.
+type statFamily[S any] struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(S) float64
+}
 
-	for _, f := range tcpFamilies {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", f.name, f.help, f.name)
-		for _, e := range series {
-			fmt.Fprintf(w, "%s{%s} %d\n", f.name, e.l.String(), f.value(e.c))
-		}
-	}
+// counterOf and gaugeOf declare a family of a Stats table: a counter's
+// name ends in _total, a gauge's does not.
+func counterOf[S any, N uint64 | int | int64](name, help string, field func(S) N) statFamily[S] {
+	return statFamily[S]{prometheus.NewDesc(name, help, nil, nil), prometheus.CounterValue, func(s S) float64 { return float64(field(s)) }}
+}
 
-	gauge := func(name, help string, values ...string) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
-		for i := 0; i+1 < len(values); i += 2 {
-			fmt.Fprintf(w, "%s%s %s\n", name, values[i], values[i+1])
-		}
+func gaugeOf[S any, N uint64 | int | int64](name, help string, field func(S) N) statFamily[S] {
+	return statFamily[S]{prometheus.NewDesc(name, help, nil, nil), prometheus.GaugeValue, func(s S) float64 { return float64(field(s)) }}
+}
+
+// The families of the packages' Stats. A field the package adds to its
+// Stats is exported by one line here.
+var (
+	netstackFamilies = []statFamily[netstack.Stats]{
+		counterOf("meshtun_netstack_requests_total", "SYNs captured from the TUN and handed to the outbound handler.",
+			func(s netstack.Stats) uint64 { return s.Requests }),
+		counterOf("meshtun_netstack_forwarded_total", "Captured connections accepted with a completed handshake.",
+			func(s netstack.Stats) uint64 { return s.Forwarded }),
+		counterOf("meshtun_netstack_rejected_total", "Captured SYNs answered with a RST (rejected, undecided, or the stack closing).",
+			func(s netstack.Stats) uint64 { return s.Rejected }),
+		counterOf("meshtun_netstack_accept_failures_total", "Captured connections whose handshake failed after the handler accepted them.",
+			func(s netstack.Stats) uint64 { return s.AcceptFailures }),
+		counterOf("meshtun_netstack_in_flight_drops_total", "SYNs dropped because netstack.max_in_flight connections were undecided.",
+			func(s netstack.Stats) uint64 { return s.InFlightDrops }),
+		counterOf("meshtun_netstack_bad_checksums_total", "Packets from an offload TUN dropped for a wrong checksum before the stack saw them.",
+			func(s netstack.Stats) uint64 { return s.BadChecksums }),
 	}
-	// TODO(lead): gauge from flow table (g.flows.open(dir) counts the same flows; then drop flowsOpen)
-	gauge("meshtun_flows_open", "Connections the gateway is carrying now, by direction.",
-		`{direction="outbound"}`, fmt.Sprint(m.flowsOpen[0].Load()),
-		`{direction="inbound"}`, fmt.Sprint(m.flowsOpen[1].Load()))
-	if g.pool != nil {
-		s := g.pool.Stats()
-		gauge("meshtun_hbone_pool_connections_open", "Outbound HBONE connections held by the pool, draining ones included.",
-			"", fmt.Sprint(s.ConnsOpen))
+	poolFamilies = []statFamily[hbone.PoolStats]{
+		counterOf("meshtun_hbone_pool_connections_opened_total", "Outbound HBONE connections set up (TLS and HTTP/2 settled).",
+			func(s hbone.PoolStats) uint64 { return s.ConnsOpened }),
+		gaugeOf("meshtun_hbone_pool_connections_open", "Outbound HBONE connections held by the pool, draining ones included.",
+			func(s hbone.PoolStats) int { return s.ConnsOpen }),
+		gaugeOf("meshtun_hbone_pool_streams_open", "CONNECT streams open, or being opened, on the pool's connections.",
+			func(s hbone.PoolStats) int { return s.StreamsOpen }),
 	}
-	if g.server != nil {
-		s := g.server.Stats()
-		gauge("meshtun_hbone_server_connections_open", "Inbound HBONE connections, including those still in the TLS handshake.",
-			"", fmt.Sprint(s.ConnsOpen))
+	serverFamilies = []statFamily[hbone.ServerStats]{
+		counterOf("meshtun_hbone_server_connections_accepted_total", "Inbound HBONE connections that completed the TLS handshake.",
+			func(s hbone.ServerStats) uint64 { return s.ConnsAccepted }),
+		counterOf("meshtun_hbone_server_streams_accepted_total", "Inbound CONNECT streams answered 200.",
+			func(s hbone.ServerStats) uint64 { return s.StreamsAccepted }),
+		counterOf("meshtun_hbone_server_streams_rejected_total", "Inbound CONNECT streams answered with another status.",
+			func(s hbone.ServerStats) uint64 { return s.StreamsRejected }),
+		gaugeOf("meshtun_hbone_server_connections_open", "Inbound HBONE connections, including those still in the TLS handshake.",
+			func(s hbone.ServerStats) int64 { return s.ConnsOpen }),
+		gaugeOf("meshtun_hbone_server_streams_open", "Inbound CONNECT streams not yet closed both ways.",
+			func(s hbone.ServerStats) int64 { return s.StreamsOpen }),
+	}
+)
+
+// statsCollector exports a package's Stats, read once per scrape, as
+// the families of its table. While stats reports the package is not
+// running, the families have no sample.
+type statsCollector[S any] struct {
+	stats    func() (S, bool)
+	families []statFamily[S]
+}
+
+var _ prometheus.Collector = (*statsCollector[netstack.Stats])(nil)
+
+func (c *statsCollector[S]) Describe(ch chan<- *prometheus.Desc) {
+	for _, f := range c.families {
+		ch <- f.desc
 	}
 }
 
-// String is the label set in the exposition format, without braces.
-func (l tcpLabels) String() string {
-	var b strings.Builder
-	for i, kv := range [...][2]string{
-		{"reporter", l.reporter},
-		{"source_principal", l.sourcePrincipal},
-		{"destination_principal", l.destinationPrincipal},
-		{"source_workload", l.sourceWorkload},
-		{"destination_workload", l.destinationWorkload},
-		{"destination_service", l.destinationService},
-		{"response_flags", l.responseFlags},
-		{"connection_security_policy", l.securityPolicy},
-	} {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(kv[0])
-		b.WriteString(`="`)
-		labelEscaper.WriteString(&b, kv[1])
-		b.WriteByte('"')
+func (c *statsCollector[S]) Collect(ch chan<- prometheus.Metric) {
+	s, ok := c.stats()
+	if !ok {
+		return
 	}
-	return b.String()
+	for _, f := range c.families {
+		ch <- prometheus.MustNewConstMetric(f.desc, f.kind, f.value(s))
+	}
 }
 
-// labelEscaper escapes a label value as the text format requires.
-var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+// statsOf reads the Stats of the package p points to, if any.
+func statsOf[T, S any](p *atomic.Pointer[T], stats func(*T) S) func() (S, bool) {
+	return func() (S, bool) {
+		x := p.Load()
+		if x == nil {
+			var zero S
+			return zero, false
+		}
+		return stats(x), true
+	}
+}

@@ -1,23 +1,30 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/netstack"
 )
 
 // sample is one line of a text exposition.
@@ -27,111 +34,68 @@ type sample struct {
 	value  float64
 }
 
-// parseExposition parses Prometheus' text format strictly enough to catch
-// our mistakes: every sample's family must have been announced by HELP
-// and TYPE lines before it, label values must be quoted and escaped, and
-// no series may appear twice.
+// parseExposition parses a text exposition with the Prometheus text
+// parser, which rejects what Prometheus would (a sample before its
+// family's TYPE line, a bad escape, a TYPE twice), and checks what it
+// lets through: every family has a HELP line and no series appears
+// twice. Summaries and histograms become their _sum, _count, quantile and
+// bucket samples.
 func parseExposition(t *testing.T, text string) []sample {
 	t.Helper()
-	typed := map[string]string{}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatalf("parse the exposition: %v\n%s", err, text)
+	}
 	seen := map[string]bool{}
 	var out []sample
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
-		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || (f[1] != "counter" && f[1] != "gauge") {
-				t.Fatalf("line %d: bad TYPE: %q", n, line)
-			}
-			typed[f[0]] = f[1]
-			continue
-		}
-		if strings.HasPrefix(line, "# HELP ") {
-			continue
-		}
-		if strings.HasPrefix(line, "#") {
-			t.Fatalf("line %d: unexpected comment %q", n, line)
-		}
-		s, err := parseSample(line)
-		if err != nil {
-			t.Fatalf("line %d: %v: %q", n, err, line)
-		}
-		if typed[s.name] == "" {
-			t.Fatalf("line %d: sample of %s before its TYPE line", n, s.name)
-		}
-		key := s.name + fmt.Sprint(s.labels)
+	add := func(name string, labels map[string]string, v float64) {
+		key := name + fmt.Sprint(labels)
 		if seen[key] {
-			t.Fatalf("line %d: series twice: %q", n, line)
+			t.Fatalf("series twice: %s", key)
 		}
 		seen[key] = true
-		out = append(out, s)
+		out = append(out, sample{name, labels, v})
+	}
+	for name, f := range families {
+		if f.GetHelp() == "" {
+			t.Errorf("%s has no HELP line", name)
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			with := func(k, v string) map[string]string {
+				out := maps.Clone(labels)
+				out[k] = v
+				return out
+			}
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				add(name, labels, m.GetCounter().GetValue())
+			case dto.MetricType_GAUGE:
+				add(name, labels, m.GetGauge().GetValue())
+			case dto.MetricType_UNTYPED:
+				add(name, labels, m.GetUntyped().GetValue())
+			case dto.MetricType_SUMMARY:
+				for _, q := range m.GetSummary().GetQuantile() {
+					add(name, with("quantile", fmt.Sprint(q.GetQuantile())), q.GetValue())
+				}
+				add(name+"_sum", labels, m.GetSummary().GetSampleSum())
+				add(name+"_count", labels, float64(m.GetSummary().GetSampleCount()))
+			case dto.MetricType_HISTOGRAM:
+				for _, b := range m.GetHistogram().GetBucket() {
+					add(name+"_bucket", with("le", fmt.Sprint(b.GetUpperBound())), float64(b.GetCumulativeCount()))
+				}
+				add(name+"_sum", labels, m.GetHistogram().GetSampleSum())
+				add(name+"_count", labels, float64(m.GetHistogram().GetSampleCount()))
+			default:
+				t.Fatalf("%s: unexpected type %v", name, f.GetType())
+			}
+		}
 	}
 	return out
-}
-
-func parseSample(line string) (sample, error) {
-	s := sample{labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ ")
-	if i <= 0 {
-		return s, fmt.Errorf("no metric name")
-	}
-	s.name, line = line[:i], line[i:]
-	if line[0] == '{' {
-		line = line[1:]
-		for line != "" && line[0] != '}' {
-			eq := strings.Index(line, `="`)
-			if eq <= 0 {
-				return s, fmt.Errorf("bad label at %q", line)
-			}
-			name := line[:eq]
-			line = line[eq+2:]
-			var v strings.Builder
-			closed := false
-			for j := 0; j < len(line); j++ {
-				c := line[j]
-				if c == '\\' && j+1 < len(line) {
-					j++
-					switch line[j] {
-					case 'n':
-						v.WriteByte('\n')
-					case '\\', '"':
-						v.WriteByte(line[j])
-					default:
-						return s, fmt.Errorf("bad escape \\%c", line[j])
-					}
-					continue
-				}
-				if c == '"' {
-					line = line[j+1:]
-					closed = true
-					break
-				}
-				v.WriteByte(c)
-			}
-			if !closed {
-				return s, fmt.Errorf("unterminated label value")
-			}
-			if _, dup := s.labels[name]; dup {
-				return s, fmt.Errorf("label %s twice", name)
-			}
-			s.labels[name] = v.String()
-			line = strings.TrimPrefix(line, ",")
-		}
-		if line == "" {
-			return s, fmt.Errorf("no closing brace")
-		}
-		line = line[1:]
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
-	if err != nil {
-		return s, err
-	}
-	s.value = v
-	return s, nil
 }
 
 // find returns the value of the one sample of name whose labels include
@@ -198,6 +162,7 @@ func metricsGateway(t *testing.T) *Gateway {
 	}
 	cfg.Services = []config.Service{{Name: "web", Namespace: "default", Hostname: "web.default.svc.cluster.local"}}
 	g := &Gateway{cfg: cfg, identity: testIDA, metrics: newMetrics()}
+	g.metrics.openFlows = g.flows.open
 	g.cur.Store(newSnapshot(cfg, nil))
 	return g
 }
@@ -234,9 +199,10 @@ func TestMetricsOutboundFlows(t *testing.T) {
 	flow(stranger, toPeer, flagConnect, 0, 0)
 	flow(stranger, noRoute, flagNoRoute, 0, 0)
 
-	// One still open: counted as opened, not closed, and in flows_open.
-	open := &flowLog{direction: outbound}
-	open.openMetrics(g.metrics, g.outboundLabels(stranger, toPeer))
+	// One still open: counted as opened, not closed, and in flows_open
+	// (which counts the flow table's open flows).
+	open := g.flows.begin(outbound)
+	open.log.openMetrics(g.metrics, g.outboundLabels(stranger, toPeer))
 
 	service := map[string]string{
 		"reporter": "source", "source_principal": testIDA, "destination_principal": testIDB,
@@ -292,7 +258,7 @@ func TestMetricsOutboundFlows(t *testing.T) {
 		}
 	}
 
-	open.emit(nil)
+	g.flows.end(open, outcome{})
 	samples := scrape(t, srv.URL, "/metrics")
 	if v, _ := find(t, samples, "meshtun_flows_open", map[string]string{"direction": "outbound"}); v != 0 {
 		t.Errorf("meshtun_flows_open after every flow ended = %v, want 0", v)
@@ -310,11 +276,9 @@ func TestMetricsCloseOnce(t *testing.T) {
 	fl.sent = 10
 	fl.emit(nil)
 	fl.emit(nil)
-	var buf strings.Builder
-	w := bufio.NewWriter(&buf)
-	g.writeMetrics(w)
-	w.Flush()
-	samples := parseExposition(t, buf.String())
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	samples := scrape(t, srv.URL, "/metrics")
 	for name, want := range map[string]float64{
 		"istio_tcp_connections_opened_total": 1,
 		"istio_tcp_connections_closed_total": 1,
@@ -326,17 +290,31 @@ func TestMetricsCloseOnce(t *testing.T) {
 	}
 }
 
+// Label values with quotes, backslashes and newlines (a workload's name
+// in the config may hold any of them) come back from the exposition
+// as they went in, with the 8 labels of Istio's TCP metrics.
 func TestMetricsLabelEscaping(t *testing.T) {
-	l := tcpLabels{reporter: "source", sourceWorkload: "a\"b\\c\nd", responseFlags: "-"}
-	s, err := parseSample("m{" + l.String() + "} 1")
-	if err != nil {
-		t.Fatal(err)
+	g := metricsGateway(t)
+	const odd = "a\"b\\c\nd"
+	fl := &flowLog{direction: outbound}
+	fl.openMetrics(g.metrics, tcpLabels{reporter: "source", sourceWorkload: odd})
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	var found int
+	for _, s := range scrape(t, srv.URL, "/metrics") {
+		if s.name != "istio_tcp_connections_opened_total" {
+			continue
+		}
+		found++
+		if got := s.labels["source_workload"]; got != odd {
+			t.Errorf("round trip of an escaped value: %q, want %q", got, odd)
+		}
+		if len(s.labels) != 8 {
+			t.Errorf("labels: %v, want the 8 of Istio's TCP metrics", s.labels)
+		}
 	}
-	if got := s.labels["source_workload"]; got != "a\"b\\c\nd" {
-		t.Errorf("round trip of an escaped value: %q", got)
-	}
-	if len(s.labels) != 8 {
-		t.Errorf("labels: %v, want the 8 of Istio's TCP metrics", s.labels)
+	if found != 1 {
+		t.Errorf("%d series of istio_tcp_connections_opened_total, want 1", found)
 	}
 }
 
@@ -418,5 +396,236 @@ metrics = %q
 	err = g.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "admin.metrics") {
 		t.Fatalf("Run with admin.metrics in use: %v, want an error naming admin.metrics", err)
+	}
+}
+
+// scrapeFamilies returns the families of a scrape with their TYPE, HELP and
+// samples, parsed by the Prometheus text parser.
+func scrapeFamilies(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return families
+}
+
+// Every family the gateway exports is there with its type and a HELP
+// line: Istio's, the gateway's, the packages' (while they run) and the Go
+// and process collectors'. The process and Go gauges read this process.
+func TestMetricsFamilies(t *testing.T) {
+	g := metricsGateway(t)
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	fl := &flowLog{direction: outbound}
+	fl.openMetrics(g.metrics, g.outboundLabels(netip.MustParseAddrPort("10.244.1.5:40000"), Plan{Kind: Deny}))
+	defer fl.emit(nil)
+
+	ca, err := devca.New("cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.KeyPair(testIDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := hbone.NewPool(hbone.PoolOptions{Certificate: cert, Roots: ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	server, err := hbone.NewServer(hbone.ServerOptions{Certificate: cert, Roots: ca.Pool(), TrustDomain: "cluster.local",
+		Handler: func(r *hbone.Request) { r.Reject(http.StatusForbidden) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+
+	counter, gauge := dto.MetricType_COUNTER, dto.MetricType_GAUGE
+	packages := map[string]dto.MetricType{
+		"meshtun_hbone_pool_connections_opened_total":     counter,
+		"meshtun_hbone_pool_connections_open":             gauge,
+		"meshtun_hbone_pool_streams_open":                 gauge,
+		"meshtun_hbone_server_connections_accepted_total": counter,
+		"meshtun_hbone_server_streams_accepted_total":     counter,
+		"meshtun_hbone_server_streams_rejected_total":     counter,
+		"meshtun_hbone_server_connections_open":           gauge,
+		"meshtun_hbone_server_streams_open":               gauge,
+	}
+	always := map[string]dto.MetricType{
+		"istio_tcp_connections_opened_total": counter,
+		"istio_tcp_connections_closed_total": counter,
+		"istio_tcp_received_bytes_total":     counter,
+		"istio_tcp_sent_bytes_total":         counter,
+		"meshtun_flows_open":                 gauge,
+		"meshtun_relay_buffers_in_use":       gauge,
+		"meshtun_build_info":                 gauge,
+		"go_goroutines":                      gauge,
+		"go_memstats_heap_alloc_bytes":       gauge,
+		"go_info":                            gauge,
+		"process_resident_memory_bytes":      gauge,
+		"process_open_fds":                   gauge,
+		"process_cpu_seconds_total":          counter,
+	}
+	check := func(families map[string]*dto.MetricFamily, want map[string]dto.MetricType) {
+		t.Helper()
+		for name, typ := range want {
+			f := families[name]
+			switch {
+			case f == nil:
+				t.Errorf("no family %s", name)
+			case f.GetType() != typ:
+				t.Errorf("%s is a %v, want a %v", name, f.GetType(), typ)
+			case f.GetHelp() == "":
+				t.Errorf("%s has no HELP", name)
+			case len(f.GetMetric()) == 0:
+				t.Errorf("%s has no sample", name)
+			}
+		}
+	}
+
+	// The pool and the server not running yet: their families have no
+	// sample, and no netstack runs in this test.
+	families := scrapeFamilies(t, srv.URL+"/metrics")
+	check(families, always)
+	for name := range families {
+		if strings.HasPrefix(name, "meshtun_hbone_") || strings.HasPrefix(name, "meshtun_netstack_") {
+			t.Errorf("%s exported while its package is not running", name)
+		}
+	}
+	for name, f := range families {
+		if f.GetType() == counter && !strings.HasSuffix(name, "_total") {
+			t.Errorf("counter %s: name without _total", name)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		ok   func(float64) bool
+	}{
+		{"go_goroutines", func(v float64) bool { return v >= 1 }},
+		{"process_resident_memory_bytes", func(v float64) bool { return v >= 1<<20 }},
+		{"process_open_fds", func(v float64) bool { return v >= 3 }},
+	} {
+		if m := families[c.name].GetMetric(); len(m) != 1 || !c.ok(m[0].GetGauge().GetValue()) {
+			t.Errorf("%s = %v: not a value of a running process", c.name, m)
+		}
+	}
+	info := families["meshtun_build_info"].GetMetric()
+	if len(info) != 1 || info[0].GetGauge().GetValue() != 1 {
+		t.Fatalf("meshtun_build_info: %v, want one sample of 1", info)
+	}
+	labels := map[string]string{}
+	for _, lp := range info[0].GetLabel() {
+		labels[lp.GetName()] = lp.GetValue()
+	}
+	if labels["goversion"] != runtime.Version() || labels["version"] == "" || len(labels) != 2 {
+		t.Errorf("meshtun_build_info labels %v, want version and goversion %s", labels, runtime.Version())
+	}
+
+	// Running, with one connection from the pool to the server and one
+	// CONNECT, which the server rejects.
+	g.metrics.pool.Store(pool)
+	g.metrics.server.Store(server)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { server.Serve(ln); close(served) }()
+	defer func() { server.Close(); <-served }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = pool.Connect(ctx, hbone.ConnectRequest{
+		Address:    ln.Addr().(*net.TCPAddr).AddrPort(),
+		Authority:  netip.MustParseAddrPort("10.244.2.5:80"),
+		Identities: []string{testIDA},
+	})
+	if err == nil {
+		t.Fatal("Connect succeeded; the server rejects every CONNECT")
+	}
+	families = scrapeFamilies(t, srv.URL+"/metrics")
+	check(families, packages)
+	for name, want := range map[string]float64{
+		"meshtun_hbone_pool_connections_opened_total":     1,
+		"meshtun_hbone_pool_connections_open":             1,
+		"meshtun_hbone_server_connections_accepted_total": 1,
+		"meshtun_hbone_server_streams_accepted_total":     0,
+		"meshtun_hbone_server_streams_rejected_total":     1,
+	} {
+		m := families[name].GetMetric()
+		if len(m) != 1 {
+			t.Errorf("%s: %d samples, want 1", name, len(m))
+			continue
+		}
+		if got := m[0].GetCounter().GetValue() + m[0].GetGauge().GetValue(); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// Each field of the packages' Stats lands in its own family: the tables
+// are fed values that differ from field to field.
+func TestMetricsStatsTables(t *testing.T) {
+	gather := func(c prometheus.Collector) map[string]float64 {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(c)
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, f := range families {
+			m := f.GetMetric()[0]
+			out[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+		return out
+	}
+	running := func(s netstack.Stats) func() (netstack.Stats, bool) {
+		return func() (netstack.Stats, bool) { return s, true }
+	}
+	for _, c := range []struct {
+		name string
+		c    prometheus.Collector
+		want map[string]float64
+	}{
+		{"netstack", &statsCollector[netstack.Stats]{stats: running(netstack.Stats{
+			Requests: 1, Forwarded: 2, Rejected: 3, AcceptFailures: 4, InFlightDrops: 5, BadChecksums: 6,
+		}), families: netstackFamilies}, map[string]float64{
+			"meshtun_netstack_requests_total":        1,
+			"meshtun_netstack_forwarded_total":       2,
+			"meshtun_netstack_rejected_total":        3,
+			"meshtun_netstack_accept_failures_total": 4,
+			"meshtun_netstack_in_flight_drops_total": 5,
+			"meshtun_netstack_bad_checksums_total":   6,
+		}},
+		{"pool", &statsCollector[hbone.PoolStats]{stats: func() (hbone.PoolStats, bool) {
+			return hbone.PoolStats{ConnsOpened: 1, ConnsOpen: 2, StreamsOpen: 3}, true
+		}, families: poolFamilies}, map[string]float64{
+			"meshtun_hbone_pool_connections_opened_total": 1,
+			"meshtun_hbone_pool_connections_open":         2,
+			"meshtun_hbone_pool_streams_open":             3,
+		}},
+		{"server", &statsCollector[hbone.ServerStats]{stats: func() (hbone.ServerStats, bool) {
+			return hbone.ServerStats{ConnsAccepted: 1, StreamsAccepted: 2, StreamsRejected: 3, ConnsOpen: 4, StreamsOpen: 5}, true
+		}, families: serverFamilies}, map[string]float64{
+			"meshtun_hbone_server_connections_accepted_total": 1,
+			"meshtun_hbone_server_streams_accepted_total":     2,
+			"meshtun_hbone_server_streams_rejected_total":     3,
+			"meshtun_hbone_server_connections_open":           4,
+			"meshtun_hbone_server_streams_open":               5,
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := gather(c.c); !maps.Equal(got, c.want) {
+				t.Errorf("gathered %v, want %v", got, c.want)
+			}
+		})
 	}
 }

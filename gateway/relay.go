@@ -48,7 +48,8 @@ const relaySmallSize = 2 << 10
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, relayBufSize); return &b }}
 
 // relayBufsOut counts the pooled buffers taken and not yet given back;
-// tests use it to check that idle relays hold none.
+// tests use it to check that idle relays hold none, and
+// meshtun_relay_buffers_in_use exports it.
 var relayBufsOut atomic.Int64
 
 func getRelayBuf() *[]byte {
@@ -80,8 +81,13 @@ type relayResult struct {
 // relayCounters, where set, are added each direction's bytes as they are
 // written (the live byte counters of the metrics).
 type relayCounters struct {
-	aToB, bToA *atomic.Uint64
+	aToB, bToA byteCounter
 }
+
+// byteCounter is what the relay adds written bytes to: a flow's
+// prometheus.Counter, already resolved (metrics.go), so each write costs
+// an atomic add.
+type byteCounter interface{ Add(float64) }
 
 // startRelay copies a → b and b → a until both directions are done, keeping
 // TCP half-close intact: an EOF read from one side becomes CloseWrite on
@@ -161,7 +167,7 @@ func relay(a, b conn) relayResult {
 // idle direction holds one.
 //
 // live, if not nil, is added the bytes as they are written.
-func copyHalf(dst, src conn, live *atomic.Uint64) (int64, error) {
+func copyHalf(dst, src conn, live byteCounter) (int64, error) {
 	if bw, ok := src.(bufferedWriterTo); ok {
 		return copyBuffered(dst, bw, live)
 	}
@@ -202,7 +208,7 @@ func copyHalf(dst, src conn, live *atomic.Uint64) (int64, error) {
 			nw, werr = dst.Write(buf[:nr])
 			n += int64(nw)
 			if live != nil && nw > 0 {
-				live.Add(uint64(nw))
+				live.Add(float64(nw))
 			}
 		}
 		if bp != nil {
@@ -232,13 +238,13 @@ type bufferedWriterTo interface {
 // copyBuffered is copyHalf for a bufferedWriterTo source: no copy buffer
 // at all, so an idle direction holds none, and the received bytes are
 // written from the source's own buffers.
-func copyBuffered(dst conn, src bufferedWriterTo, live *atomic.Uint64) (int64, error) {
+func copyBuffered(dst conn, src bufferedWriterTo, live byteCounter) (int64, error) {
 	var n int64
 	for {
 		nw, err := src.WriteBufferedTo(dst)
 		n += nw
 		if live != nil && nw > 0 {
-			live.Add(uint64(nw))
+			live.Add(float64(nw))
 		}
 		if err == io.EOF {
 			return n, dst.CloseWrite()

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -59,7 +58,7 @@ func TestRelayOverHBONE(t *testing.T) {
 			t.Fatal(err)
 		}
 		app, a := tcpPair(t)
-		var up, down atomic.Uint64
+		var up, down liveCount
 		done := make(chan relayResult, 1)
 		startRelay(a, stream, relayCounters{aToB: &up, bToA: &down}, func(r relayResult) { done <- r })
 

@@ -235,7 +235,7 @@ func TestStartRelayTwoGoroutinesLiveCounts(t *testing.T) {
 	msg := []byte("ping through the relay")
 	type flow struct {
 		app, target *net.TCPConn
-		up, down    atomic.Uint64
+		up, down    liveCount
 		done        chan relayResult
 	}
 	fs := make([]*flow, flows)
@@ -320,3 +320,8 @@ func copyHalfGoroutines() int {
 	}
 	return count
 }
+
+// liveCount is a byteCounter that a test reads back.
+type liveCount struct{ atomic.Uint64 }
+
+func (c *liveCount) Add(v float64) { c.Uint64.Add(uint64(v)) }

@@ -248,13 +248,35 @@ func TestEndToEndMetrics(t *testing.T) {
 		"source_workload": "client", "destination_workload": "server",
 		"destination_service": "unknown", "connection_security_policy": "mutual_tls",
 	}
+	// The package counters that move with these flows: node A's netstack
+	// captured every flow (the denied one answered with a RST) over the
+	// pool's connection; node B's server accepted the clean flows' CONNECTs
+	// and rejected the denied one's. Retransmitted SYNs of one flow are
+	// one request, but a retried dial would be another: at least, there.
+	type moved struct {
+		metric string
+		want   float64
+		exact  bool
+	}
 	for _, side := range []struct {
 		node     *topo.Node
 		reporter string
 		denyFlag string // the denied flow's response_flags on this side
+		moved    []moved
 	}{
-		{tp.A, "source", "CONNECT"},   // node A: the peer refused the CONNECT
-		{tp.B, "destination", "DENY"}, // node B: its policy denied it
+		{tp.A, "source", "CONNECT", []moved{ // node A: the peer refused the CONNECT
+			{"meshtun_netstack_requests_total", flows + 1, false},
+			{"meshtun_netstack_forwarded_total", flows, false},
+			{"meshtun_netstack_rejected_total", 1, false},
+			{"meshtun_hbone_pool_connections_opened_total", 1, false},
+			{"meshtun_hbone_server_streams_accepted_total", 0, true},
+		}},
+		{tp.B, "destination", "DENY", []moved{ // node B: its policy denied it
+			{"meshtun_hbone_server_connections_accepted_total", 1, false},
+			{"meshtun_hbone_server_streams_accepted_total", flows, true},
+			{"meshtun_hbone_server_streams_rejected_total", 1, true},
+			{"meshtun_netstack_requests_total", 0, true},
+		}},
 	} {
 		t.Run(side.node.Name, func(t *testing.T) {
 			ok := labelsWith(common, "reporter", side.reporter, "response_flags", "-")
@@ -286,6 +308,41 @@ func TestEndToEndMetrics(t *testing.T) {
 			} {
 				if got := promSum(samples, c.metric, c.labels); got != c.want {
 					t.Errorf("%s: %s%v = %v, want %v", c.what, c.metric, c.labels, got, c.want)
+				}
+			}
+			// Next to Istio's families: the packages' counters, moved by
+			// the flows, and the process's own gauges.
+			for _, m := range side.moved {
+				got := promSum(samples, m.metric, nil)
+				if m.exact && got != m.want || !m.exact && got < m.want {
+					t.Errorf("%s = %v, want %s%v", m.metric, got, map[bool]string{true: "", false: "≥ "}[m.exact], m.want)
+				}
+			}
+			names := map[string]bool{}
+			for _, s := range samples {
+				names[s.name] = true
+			}
+			for _, name := range []string{
+				"meshtun_netstack_requests_total", "meshtun_netstack_forwarded_total", "meshtun_netstack_rejected_total",
+				"meshtun_netstack_accept_failures_total", "meshtun_netstack_in_flight_drops_total", "meshtun_netstack_bad_checksums_total",
+				"meshtun_hbone_pool_connections_opened_total", "meshtun_hbone_pool_connections_open", "meshtun_hbone_pool_streams_open",
+				"meshtun_hbone_server_connections_accepted_total", "meshtun_hbone_server_streams_accepted_total",
+				"meshtun_hbone_server_streams_rejected_total", "meshtun_hbone_server_connections_open", "meshtun_hbone_server_streams_open",
+				"meshtun_relay_buffers_in_use", "meshtun_build_info",
+				"go_goroutines", "go_memstats_heap_alloc_bytes", "process_resident_memory_bytes", "process_open_fds",
+			} {
+				if !names[name] {
+					t.Errorf("no %s in the scrape", name)
+				}
+			}
+			for name, least := range map[string]float64{
+				"go_goroutines":                 1,
+				"process_resident_memory_bytes": 1 << 20,
+				"process_open_fds":              3,
+				"meshtun_build_info":            1,
+			} {
+				if got := promSum(samples, name, nil); got < least {
+					t.Errorf("%s = %v: not a running gateway's (want ≥ %v)", name, got, least)
 				}
 			}
 			// The same exposition at Istio's sidecar path.
