@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,16 +94,7 @@ func newChanEnv(t *testing.T, opts netstack.Options) *chanEnv {
 	ep.AddNotify(w)
 	opts.Link = ep
 	opts.Logger = hclog.New(&hclog.LoggerOptions{Output: tWriter{t}, Level: hclog.Debug})
-	st, err := netstack.New(opts)
-	if err != nil {
-		t.Fatalf("netstack.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("Stack.Close: %v", err)
-		}
-	})
-	return &chanEnv{st: st, ep: ep, tap: w}
+	return &chanEnv{st: startStack(t, opts), ep: ep, tap: w}
 }
 
 // segment is one TCP segment the stack sent.
@@ -248,13 +240,16 @@ func buildSegment(src, dst netip.AddrPort, flags header.TCPFlags, seq, ack uint3
 }
 
 // inject hands one IP packet to the stack as if the TUN had read it.
-func (e *chanEnv) inject(b []byte) {
+func (e *chanEnv) inject(b []byte) { injectInto(e.ep, b) }
+
+// injectInto hands one IP packet to the stack behind ep.
+func injectInto(ep *channel.Endpoint, b []byte) {
 	proto := header.IPv4ProtocolNumber
 	if header.IPVersion(b) == header.IPv6Version {
 		proto = header.IPv6ProtocolNumber
 	}
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b)})
-	e.ep.InjectInbound(proto, pkt)
+	ep.InjectInbound(proto, pkt)
 	pkt.DecRef()
 }
 
@@ -282,6 +277,20 @@ func (p *peer) send(flags header.TCPFlags, payload []byte) {
 		p.seq++
 	}
 }
+
+// Write sends b in one segment, as a client's write of it.
+func (p *peer) Write(b []byte) (int, error) {
+	p.send(header.TCPFlagAck|header.TCPFlagPsh, b)
+	return len(b), nil
+}
+
+// Close sends a FIN, as a client's shutdown of its write side.
+func (p *peer) Close() error {
+	p.send(header.TCPFlagAck|header.TCPFlagFin, nil)
+	return nil
+}
+
+var _ io.WriteCloser = (*peer)(nil)
 
 // next returns the next segment of this flow for which want is true,
 // skipping the others of this flow (ACKs, window updates); a packet of
@@ -375,6 +384,17 @@ func recvConn(t *testing.T, conns <-chan *netstack.Conn, errs <-chan error) *net
 	return nil
 }
 
+// connected starts a Stack whose Handler accepts every request, and
+// completes a handshake from src to dst: the test's peer and the Conn.
+func connected(t *testing.T, src, dst netip.AddrPort) (*chanEnv, *peer, *netstack.Conn) {
+	t.Helper()
+	conns, errs := make(chan *netstack.Conn, 1), make(chan error, 1)
+	e := newChanEnv(t, netstack.Options{Handler: handlerConns(conns, errs)})
+	p := e.peer(src, dst)
+	p.connect(t)
+	return e, p, recvConn(t, conns, errs)
+}
+
 // TestChanRefused is TestRefused over the channel: the Handler sees the
 // client's address and the destination it dialled, and a Reject, or no
 // decision, answers the SYN with a RST from that destination.
@@ -387,7 +407,7 @@ func TestChanRefused(t *testing.T) {
 		{"no decision", func(*testing.T, *netstack.Request) {}},
 		{"Reject then Accept", func(t *testing.T, r *netstack.Request) {
 			r.Reject()
-			if c, err := r.Accept(); err != netstack.ErrDecided {
+			if c, err := r.Accept(); !errors.Is(err, netstack.ErrDecided) {
 				t.Errorf("Accept after Reject = %v, %v; want ErrDecided", c, err)
 			}
 		}},
@@ -442,7 +462,7 @@ func TestChanAccept(t *testing.T) {
 				t.Errorf("Conn %s <- %s; want %s <- %s", c.LocalAddr(), c.RemoteAddr(), fam.dst, fam.src)
 			}
 
-			p.send(header.TCPFlagAck|header.TCPFlagPsh, []byte("ping"))
+			p.Write([]byte("ping"))
 			c.SetDeadline(time.Now().Add(ioTimeout))
 			buf := make([]byte, 16)
 			n, err := c.Read(buf)
@@ -470,11 +490,7 @@ func TestChanAccept(t *testing.T) {
 func TestChanChecksums(t *testing.T) {
 	for _, fam := range chanFamilies {
 		t.Run(fam.name, func(t *testing.T) {
-			conns, errs := make(chan *netstack.Conn, 1), make(chan error, 1)
-			e := newChanEnv(t, netstack.Options{Handler: handlerConns(conns, errs)})
-			p := e.peer(fam.src, fam.dst)
-			p.connect(t)
-			c := recvConn(t, conns, errs)
+			_, p, c := connected(t, fam.src, fam.dst)
 			for _, size := range []int{1, 2, 999, 1000} {
 				msg := make([]byte, size)
 				for i := range msg {
@@ -517,7 +533,7 @@ func TestChanDecideTwice(t *testing.T) {
 					errs <- err
 					return
 				}
-				if c2, err := r.Accept(); err != netstack.ErrDecided {
+				if c2, err := r.Accept(); !errors.Is(err, netstack.ErrDecided) {
 					errs <- fmt.Errorf("second Accept = %v, %v; want ErrDecided", c2, err)
 					c.Close()
 					return
@@ -553,12 +569,8 @@ func TestChanDecideTwice(t *testing.T) {
 func TestChanConnReset(t *testing.T) {
 	for _, fam := range chanFamilies {
 		t.Run(fam.name, func(t *testing.T) {
-			conns, errs := make(chan *netstack.Conn, 1), make(chan error, 1)
-			e := newChanEnv(t, netstack.Options{Handler: handlerConns(conns, errs)})
-			p := e.peer(fam.src, fam.dst)
-			p.connect(t)
-			c := recvConn(t, conns, errs)
-			p.send(header.TCPFlagAck|header.TCPFlagPsh, []byte("x"))
+			_, p, c := connected(t, fam.src, fam.dst)
+			p.Write([]byte("x"))
 			c.SetDeadline(time.Now().Add(ioTimeout))
 			if _, err := c.Read(make([]byte, 1)); err != nil {
 				t.Fatalf("Conn.Read: %v", err)
@@ -641,56 +653,23 @@ func TestChanMaxInFlight(t *testing.T) {
 // ACK does not hold up Close, and its Accept fails.
 func TestChanCloseDuringHandshake(t *testing.T) {
 	acceptErr := make(chan error, 1)
-	e := newChanEnv(t, netstack.Options{Handler: func(r *netstack.Request) {
-		c, err := r.Accept()
-		if c != nil {
-			c.Close()
-		}
-		acceptErr <- err
-	}})
+	e := newChanEnv(t, netstack.Options{Handler: acceptOnce(acceptErr)})
 	p := e.peer(chanFamilies[0].src, chanFamilies[0].dst)
 	p.synAck(t) // Accept is now blocked in the handshake
-
-	closed := make(chan error, 1)
-	go func() { closed <- e.st.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(ioTimeout):
-		t.Fatal("Close blocked behind a pending handshake")
-	}
-	select {
-	case err := <-acceptErr:
-		if err == nil {
-			t.Error("Accept succeeded on a handshake that never completed")
-		}
-	default:
-		t.Error("Close returned before the Handler did")
-	}
+	checkCloseDuringHandshake(t, e.st, acceptErr)
 }
 
-// TestChanCloseAborts is TestCloseNoLeak's core over the channel: Close
-// aborts a live connection (the client gets a RST, the Handler's Read
-// fails), waits for the Handler, closes the endpoint, and a second Close
-// returns the same.
-func TestChanCloseAborts(t *testing.T) {
+// TestChanCloseNoLeak is TestCloseNoLeak over the channel: Close aborts a
+// live connection (the client gets a RST, the Handler's Read fails),
+// waits for the Handler, closes the endpoint, a second Close returns the
+// same, and no goroutine is left behind.
+func TestChanCloseNoLeak(t *testing.T) {
 	for _, fam := range chanFamilies {
 		t.Run(fam.name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
 			reading := make(chan struct{})
 			handlerErr := make(chan error, 1)
-			e := newChanEnv(t, netstack.Options{Handler: func(r *netstack.Request) {
-				c, err := r.Accept()
-				if err != nil {
-					handlerErr <- err
-					return
-				}
-				defer c.Close()
-				close(reading)
-				_, err = c.Read(make([]byte, 1)) // until Close aborts it
-				handlerErr <- err
-			}})
+			e := newChanEnv(t, netstack.Options{Handler: readUntilClosed(reading, handlerErr)})
 			p := e.peer(fam.src, fam.dst)
 			p.connect(t)
 			select {
@@ -700,27 +679,15 @@ func TestChanCloseAborts(t *testing.T) {
 			case <-time.After(ioTimeout):
 				t.Fatal("Handler not reading")
 			}
-			if err := e.st.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
-			select {
-			case err := <-handlerErr:
-				if err == nil {
-					t.Error("Handler's Read returned no error after Close")
-				}
-			default:
-				t.Fatal("Close returned before the Handler did")
-			}
+			checkCloseAborts(t, e.st, handlerErr)
 			p.expectRST(t)
-			if err := e.st.Close(); err != nil {
-				t.Fatalf("second Close: %v", err)
-			}
 			if e.ep.IsAttached() {
 				t.Error("endpoint still attached after Close")
 			}
 			if !linkClosed(e.ep) {
 				t.Error("endpoint still open after Close")
 			}
+			waitNoLeak(t, before)
 		})
 	}
 }
@@ -740,59 +707,11 @@ func linkClosed(ep *channel.Endpoint) bool {
 // TestChanWaitRead is TestWaitRead over the channel: WaitRead returns on
 // the client's data, on its FIN, and when the Conn is closed under it.
 func TestChanWaitRead(t *testing.T) {
-	tests := []struct {
-		name string
-		wake func(p *peer, c *netstack.Conn)
-		want string // what Read returns afterwards
-		eof  bool
-	}{
-		{"data", func(p *peer, _ *netstack.Conn) { p.send(header.TCPFlagAck|header.TCPFlagPsh, []byte("ping")) }, "ping", false},
-		{"FIN", func(p *peer, _ *netstack.Conn) { p.send(header.TCPFlagAck|header.TCPFlagFin, nil) }, "", true},
-		{"Close", func(_ *peer, c *netstack.Conn) { c.Close() }, "", false},
-	}
 	for _, fam := range chanFamilies {
-		for _, tt := range tests {
+		for _, tt := range waitReadTests {
 			t.Run(fam.name+"/"+tt.name, func(t *testing.T) {
-				conns, errs := make(chan *netstack.Conn, 1), make(chan error, 1)
-				e := newChanEnv(t, netstack.Options{Handler: handlerConns(conns, errs)})
-				p := e.peer(fam.src, fam.dst)
-				p.connect(t)
-				c := recvConn(t, conns, errs)
-				waited := make(chan error, 1)
-				go func() { waited <- c.WaitRead() }()
-				// As in TestWaitRead, this can only catch a WaitRead that
-				// returns early; the wake below is the real check.
-				select {
-				case err := <-waited:
-					t.Fatalf("WaitRead returned %v before any event", err)
-				case <-time.After(50 * time.Millisecond):
-				}
-				tt.wake(p, c)
-				select {
-				case err := <-waited:
-					if err != nil {
-						t.Fatalf("WaitRead: %v", err)
-					}
-				case <-time.After(ioTimeout):
-					t.Fatalf("WaitRead still blocked %v after the event", ioTimeout)
-				}
-				c.SetReadDeadline(time.Now().Add(ioTimeout))
-				buf := make([]byte, 16)
-				n, err := c.Read(buf)
-				switch {
-				case tt.want != "":
-					if err != nil || string(buf[:n]) != tt.want {
-						t.Fatalf("Read after WaitRead = %q, %v; want %q", buf[:n], err, tt.want)
-					}
-				case tt.eof:
-					if !errors.Is(err, io.EOF) {
-						t.Fatalf("Read after FIN = %d, %v; want EOF", n, err)
-					}
-				default:
-					if err == nil {
-						t.Fatalf("Read after Close returned %d bytes and no error", n)
-					}
-				}
+				_, p, c := connected(t, fam.src, fam.dst)
+				checkWaitRead(t, p, c, tt.wake, tt.want, tt.eof)
 			})
 		}
 	}
