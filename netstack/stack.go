@@ -63,11 +63,10 @@ type Options struct {
 	ReceiveWindow int
 	// GRO turns on gVisor's generic receive offload on the fdbased link
 	// endpoint, which coalesces inbound segments. A Device opened with
-	// offload always has it (vnet.go); an injected Link has what its
-	// maker gave it. It needs RX checksum offload (set with it: gVisor
-	// then trusts the kernel's checksums) or uploads stall
-	// (docs/field-notes.md, "TUN and gVisor"). It pays at small MTUs; off
-	// by default.
+	// offload always has it (vnet.go); it does not apply to an injected
+	// Link. It needs RX checksum offload (set with it: gVisor then trusts
+	// the kernel's checksums) or uploads stall (docs/field-notes.md, "TUN
+	// and gVisor"). It pays at small MTUs; off by default.
 	GRO bool
 
 	// Handler is called once per SYN, in its own goroutine. Required.
