@@ -35,7 +35,8 @@ const (
 	// as each packet is written, so it only needs to absorb a burst.
 	chanQueue = 256
 	// chanTapSize is how many sent packets tap holds for the test to
-	// read; more are counted as lost (a test's own failure).
+	// read; more are dropped, as a full wire would, and counted (read
+	// reports the count when it times out).
 	chanTapSize = 4096
 	// readBound is how many packets a test reads at most while looking
 	// for one segment (pure ACKs and window updates are skipped).
