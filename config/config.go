@@ -84,7 +84,7 @@ type TUN struct {
 	Name string `toml:"name" default:"meshtun0"`
 	// Packets never leave the host on the TUN, so the MTU only sets how
 	// many bytes cross the kernel boundary per read: larger is faster
-	// (docs/field-notes.md, "TUN and gVisor").
+	// (docs/field-notes.md, "TUN and MTU").
 	MTU int `toml:"mtu" default:"65000"`
 	// Given to the device, e.g. 100.64.0.1/32. No default: they depend on
 	// the node's address plan, and nothing sensible can be guessed.
@@ -116,7 +116,7 @@ type HBONE struct {
 	MaxStreamsPerConn int `toml:"max_streams_per_conn" default:"100"`
 	// Connections busy flows of one pool key spread over
 	// (1..MaxConnsPerPeer). 1 is one connection per pool key until it is
-	// full, as ztunnel does and docs/hbone.md ("Pooling") describes;
+	// full, as ztunnel does and docs/hbone.md, "Pooling" () describes;
 	// more spreads concurrent bulk flows over that many connections (and
 	// their goroutines) on machines with cores to spare.
 	ConnsPerPeer int `toml:"conns_per_peer" default:"1"`

@@ -14,7 +14,8 @@
 //  3. the link endpoint over the TUN fd, MTU of the device: fdbased (IP
 //     packets, no Ethernet header) for a plain device, or our own vnetLink
 //     (vnet.go: virtio_net_hdr, TSO super-packets both ways, GRO) for a
-//     device opened with offload; either wrapped in loopbackLink
+//     device opened with offload; or, instead of a TUN, the endpoint
+//     given in Options.Link; whichever it is wrapped in loopbackLink
 //     (loopback.go), which makes the IPv4 catch-all constant-time;
 //  4. the NIC, with one permanent 0/0 IPv4 address, promiscuous and
 //     spoofing, and the default routes.
@@ -33,4 +34,9 @@
 // deciding has rejected the request. The intended use is dial first: open
 // the upstream, then Accept on success or Reject on failure, then relay
 // with half-close (Conn.CloseWrite) inside the Handler.
+//
+// Tests that need no root give New gVisor's channel endpoint as
+// Options.Link: they inject the client's IP packets and read the stack's
+// answers (channel_test.go). The tests over a TUN in a network namespace
+// remain the proof of the fdbased and vnet paths.
 package netstack

@@ -20,13 +20,7 @@ import (
 // (over a minute).
 func TestCloseDuringHandshake(t *testing.T) {
 	acceptErr := make(chan error, 1)
-	e := setup(t, netstack.Options{Handler: func(r *netstack.Request) {
-		c, err := r.Accept()
-		if c != nil {
-			c.Close()
-		}
-		acceptErr <- err
-	}})
+	e := setup(t, netstack.Options{Handler: acceptOnce(acceptErr)})
 	src := netip.MustParseAddr("10.99.0.77") // on no interface
 	dst := netip.MustParseAddr("10.244.2.5")
 
@@ -71,8 +65,28 @@ func TestCloseDuringHandshake(t *testing.T) {
 		}
 	}
 
+	checkCloseDuringHandshake(t, e.st, acceptErr)
+}
+
+// acceptOnce is a Handler that sends Accept's error to acceptErr (and
+// closes the Conn, if any).
+func acceptOnce(acceptErr chan<- error) func(*netstack.Request) {
+	return func(r *netstack.Request) {
+		c, err := r.Accept()
+		if c != nil {
+			c.Close()
+		}
+		acceptErr <- err
+	}
+}
+
+// checkCloseDuringHandshake closes st while an acceptOnce Handler waits in
+// a handshake that will not complete: Close must return, after the
+// Handler, whose Accept failed.
+func checkCloseDuringHandshake(t *testing.T, st *netstack.Stack, acceptErr <-chan error) {
+	t.Helper()
 	closed := make(chan error, 1)
-	go func() { closed <- e.st.Close() }()
+	go func() { closed <- st.Close() }()
 	select {
 	case err := <-closed:
 		if err != nil {

@@ -29,7 +29,8 @@ var catchAllV4 = tcpip.ProtocolAddress{
 // "source is not a subnet broadcast" check looks up the client's address)
 // and a new destination costs several scans, so with thousands of
 // destinations connection setup and even established flows slowed to a
-// crawl (field-notes.md: 5,000 destinations, bulk 1.1 Gbit/s → 30 Mbit/s).
+// crawl (docs/field-notes.md, "Many destination IPs": 5,000
+// destinations, bulk 1.1 Gbit/s → 30 Mbit/s).
 // On a loopback NIC the matcher also accepts any address inside the subnet
 // of an assigned address; with catchAllV4 (a /0) assigned, the first entry
 // scanned matches every destination, no temporary address is created, and

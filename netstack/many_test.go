@@ -14,9 +14,9 @@ import (
 
 // manyDsts is how many distinct destination IPs TestManyDestinations
 // dials. gVisor's IPv4 catch-all used to scan every live destination on
-// each packet (field-notes.md, "Many distinct destination IPs"): at 5,000
-// it crawled, at 20,000 dials timed out. 10,000 pins the fix well past
-// the knee; with -short it is 1,000.
+// each packet (docs/field-notes.md, "Many destination IPs"): at
+// 5,000 it crawled, at 20,000 dials timed out. 10,000 pins the fix well
+// past the knee; with -short it is 1,000.
 const manyDsts = 10000
 
 // TestManyDestinations opens one connection to each of manyDsts distinct

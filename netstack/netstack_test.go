@@ -74,6 +74,12 @@ func setupDev(t testing.TB, opts netstack.Options, topts tun.Options) *env {
 	t.Cleanup(func() { dev.Close() })
 	opts.Device = dev
 	opts.Logger = log.Named("netstack")
+	return &env{ns: ns, dev: dev, st: startStack(t, opts)}
+}
+
+// startStack is New, with Close at the test's cleanup.
+func startStack(t testing.TB, opts netstack.Options) *netstack.Stack {
+	t.Helper()
 	st, err := netstack.New(opts)
 	if err != nil {
 		t.Fatalf("netstack.New: %v", err)
@@ -83,7 +89,7 @@ func setupDev(t testing.TB, opts netstack.Options, topts tun.Options) *env {
 			t.Errorf("Stack.Close: %v", err)
 		}
 	})
-	return &env{ns: ns, dev: dev, st: st}
+	return st
 }
 
 type tWriter struct{ t testing.TB }
@@ -124,7 +130,44 @@ func TestAcceptEcho16MiB(t *testing.T) {
 
 func testEcho(t *testing.T, dst netip.AddrPort, client netip.Addr, gro bool) {
 	reqs := make(chan seen, 1)
-	e := setup(t, netstack.Options{GRO: gro, Handler: func(r *netstack.Request) {
+	e := setup(t, netstack.Options{GRO: gro, Handler: echoHandler(t, reqs)})
+	c, err := e.dial(dst)
+	if err != nil {
+		t.Fatalf("dial %s: %v", dst, err)
+	}
+	defer c.Close()
+	got := <-reqs
+	checkRequest(t, got, c, dst)
+	if got.src.Addr() != client {
+		t.Errorf("Src = %s; want the TUN's address %s", got.src, client)
+	}
+	checkEcho(t, c, 16<<20)
+	if st := e.st.Stats(); st.Forwarded != 1 || st.Requests != 1 {
+		t.Errorf("Stats = %+v; want 1 request forwarded", st)
+	}
+}
+
+// clientConn is the client end of a flow: a kernel socket in a namespace,
+// or a connection of the gVisor client of the channel tests.
+type clientConn interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// checkRequest checks that a Handler saw the client c as Src and the
+// destination it dialled as Dst.
+func checkRequest(t *testing.T, got seen, c clientConn, dst netip.AddrPort) {
+	t.Helper()
+	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	if got.src != local || got.dst != dst {
+		t.Errorf("Request %s -> %s; the client is %s -> %s", got.src, got.dst, local, dst)
+	}
+}
+
+// echoHandler sends each Request's addresses to reqs, accepts it, echoes
+// to the client's FIN and then half-closes.
+func echoHandler(t *testing.T, reqs chan<- seen) func(*netstack.Request) {
+	return func(r *netstack.Request) {
 		reqs <- seen{r.Src(), r.Dst()}
 		c, err := r.Accept()
 		if err != nil {
@@ -137,23 +180,13 @@ func testEcho(t *testing.T, dst netip.AddrPort, client netip.Addr, gro bool) {
 			t.Errorf("server echo: %v", err)
 		}
 		c.CloseWrite()
-	}})
+	}
+}
 
-	c, err := e.dial(dst)
-	if err != nil {
-		t.Fatalf("dial %s: %v", dst, err)
-	}
-	defer c.Close()
-	got := <-reqs
-	local := c.LocalAddr().(*net.TCPAddr).AddrPort()
-	if got.dst != dst {
-		t.Errorf("Dst = %s; want %s", got.dst, dst)
-	}
-	if got.src != local || got.src.Addr() != client {
-		t.Errorf("Src = %s; want the client's %s (address %s)", got.src, local, client)
-	}
-
-	const size = 16 << 20
+// checkEcho writes size random bytes to an echoHandler's client c, then
+// half-closes, and checks that the same bytes come back before the EOF.
+func checkEcho(t *testing.T, c clientConn, size int64) {
+	t.Helper()
 	sent := sha256.New()
 	wdone := make(chan error, 1)
 	go func() {
@@ -174,9 +207,6 @@ func testEcho(t *testing.T, dst netip.AddrPort, client netip.Addr, gro bool) {
 	if n != size || !bytes.Equal(sent.Sum(nil), recv.Sum(nil)) {
 		t.Fatalf("echo returned %d bytes, hash match %v; want %d, true", n, bytes.Equal(sent.Sum(nil), recv.Sum(nil)), size)
 	}
-	if st := e.st.Stats(); st.Forwarded != 1 || st.Requests != 1 {
-		t.Errorf("Stats = %+v; want 1 request forwarded", st)
-	}
 }
 
 // TestHalfClose: the client sends its request and shuts its write side; the
@@ -187,41 +217,53 @@ func TestHalfClose(t *testing.T) {
 	rand.Read(reply)
 	for _, fam := range families {
 		t.Run(fam.name, func(t *testing.T) {
-			e := setup(t, netstack.Options{Handler: func(r *netstack.Request) {
-				c, err := r.Accept()
-				if err != nil {
-					t.Errorf("Accept: %v", err)
-					return
-				}
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(ioTimeout))
-				got, err := io.ReadAll(c) // returns at the client's FIN
-				if err != nil || !bytes.Equal(got, request) {
-					t.Errorf("server read %d bytes, err %v; want the %d-byte request", len(got), err, len(request))
-				}
-				if _, err := c.Write(reply); err != nil {
-					t.Errorf("server write after EOF: %v", err)
-				}
-				if err := c.CloseWrite(); err != nil {
-					t.Errorf("server CloseWrite: %v", err)
-				}
-			}})
+			e := setup(t, netstack.Options{Handler: halfCloseHandler(t, request, reply)})
 			c, err := e.dial(fam.dst)
 			if err != nil {
 				t.Fatalf("dial: %v", err)
 			}
 			defer c.Close()
-			if _, err := c.Write(request); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.CloseWrite(); err != nil {
-				t.Fatal(err)
-			}
-			got, err := io.ReadAll(c)
-			if err != nil || !bytes.Equal(got, reply) {
-				t.Fatalf("client read %d bytes, err %v; want the %d-byte reply", len(got), err, len(reply))
-			}
+			checkHalfClose(t, c, request, reply)
 		})
+	}
+}
+
+// halfCloseHandler accepts, reads the client's request to its FIN, checks
+// it, and then sends the whole reply and a FIN.
+func halfCloseHandler(t *testing.T, request, reply []byte) func(*netstack.Request) {
+	return func(r *netstack.Request) {
+		c, err := r.Accept()
+		if err != nil {
+			t.Errorf("Accept: %v", err)
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(ioTimeout))
+		got, err := io.ReadAll(c) // returns at the client's FIN
+		if err != nil || !bytes.Equal(got, request) {
+			t.Errorf("server read %d bytes, err %v; want the %d-byte request", len(got), err, len(request))
+		}
+		if _, err := c.Write(reply); err != nil {
+			t.Errorf("server write after EOF: %v", err)
+		}
+		if err := c.CloseWrite(); err != nil {
+			t.Errorf("server CloseWrite: %v", err)
+		}
+	}
+}
+
+// checkHalfClose is the client side of halfCloseHandler.
+func checkHalfClose(t *testing.T, c clientConn, request, reply []byte) {
+	t.Helper()
+	if _, err := c.Write(request); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, reply) {
+		t.Fatalf("client read %d bytes, err %v; want the %d-byte reply", len(got), err, len(reply))
 	}
 }
 
@@ -353,37 +395,14 @@ func TestCloseNoLeak(t *testing.T) {
 			before := runtime.NumGoroutine()
 			reading := make(chan struct{})
 			handlerErr := make(chan error, 1)
-			e := setup(t, netstack.Options{Handler: func(r *netstack.Request) {
-				c, err := r.Accept()
-				if err != nil {
-					handlerErr <- err
-					return
-				}
-				defer c.Close()
-				close(reading)
-				_, err = c.Read(make([]byte, 1)) // until Close aborts it
-				handlerErr <- err
-			}})
+			e := setup(t, netstack.Options{Handler: readUntilClosed(reading, handlerErr)})
 			c, err := e.dial(fam.dst)
 			if err != nil {
 				t.Fatalf("dial: %v", err)
 			}
 			defer c.Close()
 			<-reading
-			if err := e.st.Close(); err != nil {
-				t.Fatalf("Close: %v", err)
-			}
-			if err := e.st.Close(); err != nil {
-				t.Fatalf("second Close: %v", err)
-			}
-			select {
-			case err := <-handlerErr:
-				if err == nil {
-					t.Errorf("Handler's Read returned no error after Close")
-				}
-			default:
-				t.Fatalf("Close returned before the Handler did")
-			}
+			checkCloseAborts(t, e.st, handlerErr)
 			if _, err := c.Read(make([]byte, 1)); err == nil {
 				t.Errorf("client Read after Close: no error; want a reset or EOF")
 			}
@@ -391,18 +410,61 @@ func TestCloseNoLeak(t *testing.T) {
 			if err := e.dev.Close(); err != nil {
 				t.Fatalf("Device.Close: %v", err)
 			}
-
-			deadline := time.Now().Add(10 * time.Second)
-			n := runtime.NumGoroutine()
-			for n > before && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond) // bounded wait for exits
-				n = runtime.NumGoroutine()
-			}
-			if n > before {
-				buf := make([]byte, 1<<20)
-				t.Fatalf("goroutines: %d before, %d after Close\n%s", before, n, buf[:runtime.Stack(buf, true)])
-			}
+			waitNoLeak(t, before)
 		})
+	}
+}
+
+// readUntilClosed is a Handler that accepts, closes reading once it
+// reads, and sends the Read's error (or Accept's) to handlerErr.
+func readUntilClosed(reading chan<- struct{}, handlerErr chan<- error) func(*netstack.Request) {
+	return func(r *netstack.Request) {
+		c, err := r.Accept()
+		if err != nil {
+			handlerErr <- err
+			return
+		}
+		defer c.Close()
+		close(reading)
+		_, err = c.Read(make([]byte, 1)) // until Close aborts it
+		handlerErr <- err
+	}
+}
+
+// checkCloseAborts closes st under a readUntilClosed Handler, twice: the
+// first Close returns only after the Handler's Read failed, the second
+// returns the same.
+func checkCloseAborts(t *testing.T, st *netstack.Stack, handlerErr <-chan error) {
+	t.Helper()
+	if err := st.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	select {
+	case err := <-handlerErr:
+		if err == nil {
+			t.Errorf("Handler's Read returned no error after Close")
+		}
+	default:
+		t.Fatalf("Close returned before the Handler did")
+	}
+}
+
+// waitNoLeak fails the test unless the number of goroutines is back to
+// before within 10 s.
+func waitNoLeak(t testing.TB, before int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	n := runtime.NumGoroutine()
+	for n > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // bounded wait for exits
+		n = runtime.NumGoroutine()
+	}
+	if n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after Close\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }
 

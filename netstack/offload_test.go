@@ -155,14 +155,5 @@ func TestOffloadCloseNoLeak(t *testing.T) {
 	if err := e.dev.Close(); err != nil {
 		t.Fatalf("Device.Close: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	n := runtime.NumGoroutine()
-	for n > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond) // bounded wait for exits
-		n = runtime.NumGoroutine()
-	}
-	if n > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before, %d after Close\n%s", before, n, buf[:runtime.Stack(buf, true)])
-	}
+	waitNoLeak(t, before)
 }

@@ -34,15 +34,23 @@ const (
 	nicID tcpip.NICID = 1
 )
 
-// Options configures New. Either Device or FD and MTU must be set.
+// Options configures New. One of Device, Link, or FD and MTU must be set.
 type Options struct {
 	// Device is the TUN device to serve. The Stack takes a dup of its fd,
 	// which it closes in Close; the Device stays the caller's to close,
 	// after the Stack.
 	Device *tun.Device
-	// FD and MTU are used when Device is nil (tests): a TUN-like fd that
-	// carries one IP packet per read and write. The caller owns FD and
-	// closes it after Close returns.
+	// Link, when Device is nil, is a gVisor link endpoint to serve instead
+	// of a TUN: it must carry bare IP packets (no link header), and its
+	// MTU is the stack's. Everything else is set up as for a Device: the
+	// loopback wrapper, the catch-all address, the forwarder. Unit tests
+	// pass gVisor's channel endpoint (link/channel) to inject packets and
+	// read the replies without root. The Stack owns it from New on: the
+	// NIC's removal in Close closes it, and so does a failing New.
+	Link stack.LinkEndpoint
+	// FD and MTU are used when Device and Link are nil (tests): a
+	// TUN-like fd that carries one IP packet per read and write. The
+	// caller owns FD and closes it after Close returns.
 	FD  int
 	MTU int
 
@@ -53,11 +61,12 @@ type Options struct {
 	// ReceiveWindow is the initial receive buffer of accepted connections,
 	// in bytes; gVisor auto-tunes it from there. DefaultReceiveWindow if 0.
 	ReceiveWindow int
-	// GRO turns on gVisor's generic receive offload on the link endpoint,
-	// which coalesces inbound segments. A Device opened with offload always
-	// has it (vnet.go). It needs RX checksum offload (set
-	// with it: gVisor then trusts the kernel's checksums) or uploads stall
-	// (field-notes.md). It pays at small MTUs; off by default.
+	// GRO turns on gVisor's generic receive offload on the fdbased link
+	// endpoint, which coalesces inbound segments. A Device opened with
+	// offload always has it (vnet.go); it does not apply to an injected
+	// Link. It needs RX checksum offload (set with it: gVisor then trusts
+	// the kernel's checksums) or uploads stall (docs/field-notes.md, "TUN
+	// and gVisor"). It pays at small MTUs; off by default.
 	GRO bool
 
 	// Handler is called once per SYN, in its own goroutine. Required.
@@ -127,19 +136,35 @@ func New(opts Options) (*Stack, error) {
 
 	s := &Stack{log: log, handler: opts.Handler, fd: opts.FD}
 	mtu := opts.MTU
-	if opts.Device != nil {
+	switch {
+	case opts.Device != nil && opts.Link != nil:
+		opts.Link.Close()
+		return nil, errors.New("netstack: both Options.Device and Options.Link are set")
+	case opts.Device != nil:
 		fd, err := opts.Device.FD()
 		if err != nil {
 			return nil, fmt.Errorf("netstack: %w", err)
 		}
 		s.fd, s.ownFD, mtu = fd, true, opts.Device.MTU()
+	case opts.Link != nil:
+		s.fd, mtu = -1, int(opts.Link.MTU())
 	}
 	if mtu <= 0 {
 		s.closeFD()
-		return nil, fmt.Errorf("netstack: MTU %d: set Options.Device, or FD and MTU", mtu)
+		if opts.Link != nil {
+			opts.Link.Close()
+		}
+		return nil, fmt.Errorf("netstack: MTU %d: set Options.Device, Link, or FD and MTU", mtu)
 	}
 
 	offload := opts.Device != nil && opts.Device.Offload()
+	link := "fdbased"
+	switch {
+	case offload:
+		link = "vnet"
+	case opts.Link != nil:
+		link = "injected"
+	}
 	if err := s.build(opts, mtu, offload); err != nil {
 		if s.stack != nil {
 			s.stack.Destroy()
@@ -147,13 +172,22 @@ func New(opts Options) (*Stack, error) {
 		s.closeFD()
 		return nil, err
 	}
-	log.Info("stack up", "mtu", mtu, "max_in_flight", opts.MaxInFlight,
+	log.Info("stack up", "link", link, "mtu", mtu, "max_in_flight", opts.MaxInFlight,
 		"receive_window", opts.ReceiveWindow, "gro", opts.GRO || offload, "offload", offload)
 	return s, nil
 }
 
 // build performs the setup order of the package doc.
-func (s *Stack) build(opts Options, mtu int, offload bool) error {
+func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
+	// An injected endpoint is ours to close until the NIC holds it (then
+	// the stack's Destroy in New closes it).
+	pending := opts.Link
+	defer func() {
+		if err != nil && pending != nil {
+			pending.Close()
+		}
+	}()
+
 	s.stack = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol},
@@ -179,7 +213,10 @@ func (s *Stack) build(opts Options, mtu int, offload bool) error {
 		s.log.Error("TUN read failed; no more packets will be received", "error", toError(e))
 	}
 	var ep stack.LinkEndpoint
-	if offload {
+	switch {
+	case opts.Link != nil:
+		ep = opts.Link
+	case offload:
 		// The device carries virtio_net_hdr: our own endpoint (vnet.go),
 		// which owns the fd from here on and always runs GRO.
 		s.ownFD = false
@@ -188,13 +225,14 @@ func (s *Stack) build(opts Options, mtu int, offload bool) error {
 			return err
 		}
 		ep, s.link = vl, vl
-	} else {
+	default:
 		fep, err := fdbased.New(&fdbased.Options{
 			FDs:            []int{s.fd},
 			MTU:            uint32(mtu),
 			EthernetHeader: false,
 			// Never TXChecksumOffload: the kernel drops the checksum-less
-			// SYN-ACKs of a TUN without vnet headers (field-notes.md).
+			// SYN-ACKs of a TUN without vnet headers
+			// (docs/field-notes.md, "gVisor setup").
 			RXChecksumOffload: opts.GRO,
 			GRO:               opts.GRO,
 			ClosedFunc:        closed,
@@ -204,6 +242,7 @@ func (s *Stack) build(opts Options, mtu int, offload bool) error {
 		}
 		ep = fep
 	}
+	pending = nil
 	if err := s.stack.CreateNICWithOptions(nicID, &loopbackLink{ep}, stack.NICOptions{Name: "tun"}); err != nil {
 		ep.Close()
 		return fmt.Errorf("netstack: create NIC: %w", toError(err))

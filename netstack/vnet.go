@@ -1,7 +1,6 @@
 package netstack
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -22,16 +21,6 @@ import (
 	"github.com/meshtun/meshtun/tun"
 )
 
-// struct virtio_net_hdr (linux/virtio_net.h), in the host's byte order
-// (the legacy layout a TUN uses unless told otherwise).
-const (
-	vnetFNeedsCsum = 1 // flags: the checksum is partial; csum_start/offset say where
-	vnetFDataValid = 2 // flags: the checksum was already validated
-	vnetGSONone    = 0
-	vnetGSOTCPv4   = 1
-	vnetGSOTCPv6   = 4
-)
-
 const (
 	// vnetReadSize is the largest packet a read can return: an IP packet
 	// of up to 64 KiB, a TSO super-packet included. One pooled view of this
@@ -46,7 +35,7 @@ const (
 	vnetGROBypass = 32 << 10
 	// vnetGSOMaxSize is the largest super-packet we hand the kernel: an
 	// IPv4 total length is 16 bits, and larger ("BIG TCP") sizes break
-	// parsing (field-notes.md).
+	// parsing (docs/field-notes.md, "The offload mode").
 	vnetGSOMaxSize = 1<<16 - 1
 	// gsoHeaderRoom is what gVisor keeps below GSOMaxSize for headers when
 	// it sizes a super-packet's payload (header.TCPTotalHeaderMaximumSize
@@ -73,8 +62,9 @@ func gsoMaxSize(mtu int) uint32 {
 }
 
 // vnetLink is a gVisor link endpoint over a TUN opened with offload
-// (tun.Options.Offload): every packet is preceded by a virtio_net_hdr, and
-// TCP may come and go as super-packets of up to 64 KiB.
+// (tun.Options.Offload): every packet is preceded by a virtio_net_hdr
+// (tun.VirtioNetHdr), and TCP may come and go as super-packets of up to
+// 64 KiB.
 //
 // Inbound, one goroutine reads header and packet with one readv into a
 // pooled 64 KiB view (the fd is non-blocking under the Go poller), feeds
@@ -284,7 +274,11 @@ func (l *vnetLink) deliver(g *gro.GRO, hdr []byte, view *buffer.View, n int) *bu
 	default:
 		return view
 	}
-	if hdr[0]&(vnetFNeedsCsum|vnetFDataValid) == 0 && !checksumsValid(data, proto) {
+	var vh tun.VirtioNetHdr
+	if err := vh.Decode(hdr); err != nil {
+		return view // not from readLoop, which always reads a whole header
+	}
+	if vh.Flags&(tun.VirtioNetHdrFNeedsCsum|tun.VirtioNetHdrFDataValid) == 0 && !checksumsValid(data, proto) {
 		l.badChecksums.Add(1)
 		return view
 	}
@@ -420,34 +414,49 @@ func (l *vnetLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) 
 }
 
 func (l *vnetLink) writePacket(pkt *stack.PacketBuffer) tcpip.Error {
-	var hdr [tun.VnetHdrLen]byte
-	if gso := pkt.GSOOptions; gso.Type != stack.GSONone && gso.NeedsCsum {
-		if pkt.Data().Size() <= int(gso.MSS) {
-			// One segment: finish the checksum here and send it as a
-			// plain packet. The kernel copies a packet without a vnet
-			// header hint into one linear buffer; with NEEDS_CSUM it
-			// splits it into page fragments, which costs more than the
-			// checksum (measured at MTU 65000: ~1.6 against ~2.5 CPU-s/GiB).
-			finishChecksum(pkt)
-			return l.writev(hdr[:], pkt)
-		}
-		hdr[0] = vnetFNeedsCsum
-		binary.NativeEndian.PutUint16(hdr[6:], gso.L3HdrLen)   // csum_start
-		binary.NativeEndian.PutUint16(hdr[8:], gso.CsumOffset) // csum_offset
-		if pkt.Data().Size() > int(gso.MSS) {
-			switch gso.Type {
-			case stack.GSOTCPv4:
-				hdr[1] = vnetGSOTCPv4
-			case stack.GSOTCPv6:
-				hdr[1] = vnetGSOTCPv6
-			default:
-				return &tcpip.ErrNotSupported{}
-			}
-			binary.NativeEndian.PutUint16(hdr[2:], uint16(pkt.HeaderSize())) // hdr_len
-			binary.NativeEndian.PutUint16(hdr[4:], gso.MSS)                  // gso_size
-		}
+	vh, err := vnetHeader(pkt)
+	if err != nil {
+		return err
 	}
+	var hdr [tun.VnetHdrLen]byte
+	vh.Encode(hdr[:])
 	return l.writev(hdr[:], pkt)
+}
+
+// vnetHeader returns the virtio_net_hdr to write pkt with: all zero for a
+// packet that leaves with full checksums (a GSO packet of one segment
+// gets its checksum finished here), else one that asks the kernel to
+// finish the checksum and cut the super-packet into MSS-sized segments.
+func vnetHeader(pkt *stack.PacketBuffer) (tun.VirtioNetHdr, tcpip.Error) {
+	gso := pkt.GSOOptions
+	if gso.Type == stack.GSONone || !gso.NeedsCsum {
+		return tun.VirtioNetHdr{}, nil
+	}
+	if pkt.Data().Size() <= int(gso.MSS) {
+		// One segment: finish the checksum here and send it as a plain
+		// packet. The kernel copies a packet without a vnet header hint
+		// into one linear buffer; with NEEDS_CSUM it splits it into page
+		// fragments, which costs more than the checksum (measured at MTU
+		// 65000: ~1.6 against ~2.5 CPU-s/GiB).
+		finishChecksum(pkt)
+		return tun.VirtioNetHdr{}, nil
+	}
+	vh := tun.VirtioNetHdr{
+		Flags:      tun.VirtioNetHdrFNeedsCsum,
+		HdrLen:     uint16(pkt.HeaderSize()),
+		GSOSize:    gso.MSS,
+		CsumStart:  gso.L3HdrLen,
+		CsumOffset: gso.CsumOffset,
+	}
+	switch gso.Type {
+	case stack.GSOTCPv4:
+		vh.GSOType = tun.VirtioNetHdrGSOTCPv4
+	case stack.GSOTCPv6:
+		vh.GSOType = tun.VirtioNetHdrGSOTCPv6
+	default:
+		return tun.VirtioNetHdr{}, &tcpip.ErrNotSupported{}
+	}
+	return vh, nil
 }
 
 // finishChecksum turns the pseudo-header sum gVisor leaves in a GSO

@@ -32,11 +32,6 @@ const (
 	tunFTSO6 = 0x04
 )
 
-// VnetHdrLen is the size of the struct virtio_net_hdr that precedes every
-// packet read from or written to a device opened with offload (the
-// kernel's default vnet header size; num_buffers is not used).
-const VnetHdrLen = 10
-
 // openOffloadFile creates (or attaches to) the TUN device name with
 // IFF_VNET_HDR and TSO on. The fd is non-blocking and wrapped by
 // os.NewFile, so the Go poller drives reads of it and of its dups. It
@@ -104,7 +99,8 @@ func (d *Device) openOffload(opts Options) error {
 
 // Offload reports whether the device was opened with offload: each packet
 // read from or written to its fd is preceded by a virtio_net_hdr
-// (VnetHdrLen bytes), and TCP packets may be super-packets up to 64 KiB.
+// (VirtioNetHdr, VnetHdrLen bytes), and TCP packets may be super-packets
+// up to 64 KiB.
 func (d *Device) Offload() bool { return d.offload }
 
 // closeFile closes the device's fd, through water when water opened it.
