@@ -116,7 +116,7 @@ type HBONE struct {
 	MaxStreamsPerConn int `toml:"max_streams_per_conn" default:"100"`
 	// Connections busy flows of one pool key spread over
 	// (1..MaxConnsPerPeer). 1 is one connection per pool key until it is
-	// full, as ztunnel does and docs/hbone.md, "Pooling" () describes;
+	// full, as ztunnel does and docs/hbone.md ("Pooling") describes;
 	// more spreads concurrent bulk flows over that many connections (and
 	// their goroutines) on machines with cores to spare.
 	ConnsPerPeer int `toml:"conns_per_peer" default:"1"`
