@@ -56,6 +56,12 @@ func TestShippedFile(t *testing.T) {
 			Key:         "/etc/meshtun/tls/key.pem",
 			TrustBundle: "/etc/meshtun/tls/ca.pem",
 		},
+		Mesh: Mesh{ // off: the shipped file has [mesh] commented out
+			RootCert:  "/var/run/secrets/istio/root-cert.pem",
+			TokenFile: "/var/run/secrets/tokens/istio-token",
+			ClusterID: "Kubernetes",
+			CertTTL:   Duration{24 * time.Hour},
+		},
 		TUN: TUN{
 			Name:      "meshtun0",
 			MTU:       65000,

@@ -61,11 +61,14 @@ func decode(data []byte) (*Config, *decoder) {
 	return c, d
 }
 
-// defaulter is an entry of an array of tables with defaults derived from
-// its other keys.
+// defaulter is a table, or an entry of an array of tables, with defaults
+// derived from its other keys.
 type defaulter interface{ setDefaults() }
 
-var _ defaulter = (*Workload)(nil)
+var (
+	_ defaulter = (*Workload)(nil)
+	_ defaulter = (*Mesh)(nil)
+)
 
 // decoder walks the parsed TOML tree into a Config, collecting problems.
 type decoder struct {
@@ -116,14 +119,13 @@ func (d *decoder) decodeTable(t *table, v reflect.Value, s *tableSchema) {
 				ev := reflect.New(k.typ.Elem()).Elem()
 				d.decodeTable(e, ev, k.sub)
 				fillDefaults(ev, k.sub, true)
-				if f, ok := ev.Addr().Interface().(defaulter); ok {
-					f.setDefaults()
-				}
+				setDerived(ev)
 				out = reflect.Append(out, ev)
 			}
 			dst.Set(out)
 		case k.sub != nil:
 			d.decodeTable(t.sub(k.name), dst, k.sub)
+			setDerived(dst)
 		default:
 			if raw, path, ok := t.get(k.name); ok {
 				if val, ok := d.value(path, raw, k.typ); ok {
@@ -133,6 +135,14 @@ func (d *decoder) decodeTable(t *table, v reflect.Value, s *tableSchema) {
 		}
 	}
 	t.finish()
+}
+
+// setDerived fills the derived defaults of v, a table or an entry, if it
+// has any.
+func setDerived(v reflect.Value) {
+	if f, ok := v.Addr().Interface().(defaulter); ok {
+		f.setDefaults()
+	}
 }
 
 var (
