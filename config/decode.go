@@ -79,8 +79,16 @@ type decoder struct {
 // merge adds the problems Validate found, leaving out those at or under a
 // path that already failed to decode: a value that could not be read is
 // zero in the Config, and "required" beside "invalid CIDR" would mislead.
+// For the same reason it leaves out problems with keys whose requirement
+// hangs on a condition (if:"…", unless:"…") whose key failed to decode.
 func (d *decoder) merge(checked []*Error) {
 	failed := d.list
+	unknown := map[string]bool{} // conditions whose key failed to decode
+	for name, cond := range conditions {
+		for _, f := range failed {
+			unknown[name] = unknown[name] || f.Path != "" && within(f.Path, cond.key)
+		}
+	}
 	for _, e := range checked {
 		dup := false
 		for _, f := range failed {
@@ -88,6 +96,9 @@ func (d *decoder) merge(checked []*Error) {
 				dup = true
 				break
 			}
+		}
+		if k, ok := lookup(schemaPath(e.Path)); ok && unknown[k.when] {
+			dup = true
 		}
 		if !dup {
 			d.list = append(d.list, e)

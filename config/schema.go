@@ -41,11 +41,16 @@ type tableSchema struct {
 type condition struct {
 	holds func(*Config) bool
 	doc   string // how gateway.toml writes it: "required if <doc>", "required unless <doc>"
+	// The key holds reads. When its value cannot be decoded, whether the
+	// condition holds is not known, and the keys that hang on it are not
+	// reported (decoder.merge): "tls.cert: required" beside a bad
+	// mesh.xds_address would mislead.
+	key string
 }
 
 // conditions are the conditions the schema's tags may name.
 var conditions = map[string]condition{
-	"mesh": {holds: func(c *Config) bool { return c.Mesh.Enabled() }, doc: "[mesh] is on"},
+	"mesh": {holds: func(c *Config) bool { return c.Mesh.Enabled() }, doc: "[mesh] is on", key: "mesh.xds_address"},
 }
 
 // applies reports whether k's condition, if it has one, asks for k in c:
@@ -153,6 +158,24 @@ func keyPaths() []string {
 	}
 	walk("", root)
 	return out
+}
+
+// schemaPath is the path of the key of the schema at a concrete path:
+// "peers.cidrs" for "peers[1].cidrs[0]".
+func schemaPath(path string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range path {
+		switch {
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // lookup finds the key at a path of keyPaths, and the table holding it.

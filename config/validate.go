@@ -68,45 +68,47 @@ func (c *Config) checkGateway(p *problems) {
 }
 
 // checkMesh checks [mesh]: the values it sets always, what the mesh needs
-// while it is on, and [tls] beside it.
+// while it is on, and [tls] beside it. A value derived from a bad
+// xds_address is reported once, at xds_address.
 func (c *Config) checkMesh(p *problems) {
 	m := &c.Mesh
 	on := m.Enabled()
-	for _, addr := range []*string{&m.XDSAddress, &m.CAAddress} {
-		if *addr == "" {
-			continue // xds_address: off; ca_address: derived from it
-		}
-		if _, _, err := splitDial(*addr); err != nil {
-			p.at(addr, "%v", err)
-		}
+	_, _, xdsErr := splitDial(m.XDSAddress)
+	derivedName, _, _ := net.SplitHostPort(m.XDSAddress) // as setDefaults derives server_name
+	if on && xdsErr != nil {
+		p.at(&m.XDSAddress, "%v", xdsErr)
 	}
 	switch {
-	case m.ServerName != "":
+	case m.CAAddress != "" && m.CAAddress != m.XDSAddress:
+		if _, _, err := splitDial(m.CAAddress); err != nil {
+			p.at(&m.CAAddress, "%v", err)
+		}
+	case on && m.CAAddress == "":
+		// Parse fills it in; a Config built in code may not have.
+		p.at(&m.CAAddress, "required while [mesh] is on (Parse defaults it to mesh.xds_address)")
+	}
+	switch {
+	case m.ServerName != "" && m.ServerName != derivedName:
 		if _, err := netip.ParseAddr(m.ServerName); err != nil && identity.CheckHostname(m.ServerName) != nil {
 			p.at(&m.ServerName, "%q is neither a host name nor an IP address (without a port), like \"istiod.istio-system.svc\"", m.ServerName)
 		}
-	case on:
-		if _, _, err := net.SplitHostPort(m.XDSAddress); err == nil {
-			// Parse fills it in; a Config built in code may not have.
-			p.at(&m.ServerName, "required with the mesh on (Parse defaults it to the host of mesh.xds_address)")
-		}
-	}
-	if on && m.CAAddress == "" {
-		p.at(&m.CAAddress, "required with the mesh on (Parse defaults it to mesh.xds_address)")
+	case on && m.ServerName == "" && xdsErr == nil:
+		p.at(&m.ServerName, "required while [mesh] is on (Parse defaults it to the host of mesh.xds_address)")
 	}
 	required(p, &m.Namespace, "this node's workload namespace, as in its WorkloadEntry, like \"vm\"")
 	required(p, &m.ServiceAccount, "the service account this node's token belongs to, like \"vm-sa\"")
 	checkNamePart(p, &m.Namespace)
 	checkNamePart(p, &m.ServiceAccount)
 	if on {
+		// Each has a default; only a file that writes it empty gets here.
 		if m.RootCert == "" {
-			p.at(&m.RootCert, "required with the mesh on: the roots istiod's certificate must chain to (PEM)")
+			p.at(&m.RootCert, "required while [mesh] is on: the roots istiod's certificate must chain to (PEM)")
 		}
 		if m.TokenFile == "" {
-			p.at(&m.TokenFile, "required with the mesh on: the file holding this node's istio-ca token")
+			p.at(&m.TokenFile, "required while [mesh] is on: the file holding this node's istio-ca token")
 		}
 		if m.ClusterID == "" {
-			p.at(&m.ClusterID, "required with the mesh on: the cluster istiod serves (Istio's default is \"Kubernetes\")")
+			p.at(&m.ClusterID, "required while [mesh] is on: the cluster istiod serves (Istio's default is \"Kubernetes\")")
 		}
 	}
 	if strings.IndexFunc(m.ClusterID, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
@@ -127,6 +129,7 @@ func (c *Config) checkMesh(p *problems) {
 		default:
 			if other, dup := seen[*a]; dup {
 				p.at(a, "%s is listed twice (also %s)", *a, other)
+				continue
 			}
 			seen[*a] = p.path(a)
 		}
