@@ -104,7 +104,7 @@ type Mesh struct {
 	// it defaults to XDSAddress (setDefaults).
 	CAAddress string `toml:"ca_address,derived"`
 	// The roots istiod's serving certificate must chain to (PEM). Where
-	// Istio mounts its root into a pod, the path a VM setup copies too.
+	// Istio mounts its root into a pod; on a VM, copy it there.
 	RootCert string `toml:"root_cert" default:"/var/run/secrets/istio/root-cert.pem"`
 	// The name istiod's serving certificate must carry, on the xDS and
 	// the CA connection. Istio's certificate names istiod by the host

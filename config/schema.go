@@ -60,11 +60,6 @@ func (k *key) applies(c *Config) bool {
 	return k.when == "" || conditions[k.when].holds(c) != k.unless
 }
 
-// requiredIn reports whether c must set k.
-func (k *key) requiredIn(c *Config) bool {
-	return k.required && k.applies(c)
-}
-
 // root is the schema of a whole file. Reading it at start makes a struct
 // without tags a crash of every test rather than a silent gap.
 var root = mustSchema(reflect.TypeFor[Config]())

@@ -411,6 +411,11 @@ func TestRequiredKeys(t *testing.T) {
 	}
 }
 
+// requiredIn reports whether c must set k.
+func (k *key) requiredIn(c *Config) bool {
+	return k.required && k.applies(c)
+}
+
 // remove deletes the key at path from tree, taking the first entry of an
 // array of tables, and returns the concrete path it removed
 // ("peers[0].cidrs").
