@@ -23,6 +23,10 @@ const schemaVersion = 1
 //     slice of structs an [[array of tables]]. Options after a comma:
 //     "required" (the file must set it: no default) or "derived" (its
 //     default is worked out from other keys, by Default or setDefaults).
+//   - if:"cond" or unless:"cond" beside "required": the key is required
+//     only while the condition holds, or only while it does not. A
+//     condition is a state of the whole file, named in the schema's
+//     conditions (schema.go): "mesh" is "[mesh] is on".
 //   - default:"text" is the default, written as the value's text: "5s",
 //     "65000", "true", "cluster.local". A key without it defaults to its
 //     zero value ("", [], false). The comment beside a default gives its
@@ -36,6 +40,7 @@ type Config struct {
 	Gateway   Gateway    `toml:"gateway"`
 	Log       Log        `toml:"log"`
 	TLS       TLS        `toml:"tls"`
+	Mesh      Mesh       `toml:"mesh"`
 	TUN       TUN        `toml:"tun"`
 	Netstack  Netstack   `toml:"netstack"`
 	HBONE     HBONE      `toml:"hbone"`
@@ -72,10 +77,82 @@ type Log struct {
 }
 
 // TLS is the [tls] table. After Load the paths are absolute.
+//
+// With [mesh] on, the certificate and its key come from Istio's CA: Cert
+// and Key must be left out, and TrustBundle, optional, adds roots trusted
+// beside the mesh's.
 type TLS struct {
-	Cert        string `toml:"cert,required"`         // this gateway's certificate chain (PEM)
-	Key         string `toml:"key,required"`          // its private key (PEM)
-	TrustBundle string `toml:"trust_bundle,required"` // roots peers' certificates must chain to
+	Cert        string `toml:"cert,required" unless:"mesh"`         // this gateway's certificate chain (PEM)
+	Key         string `toml:"key,required" unless:"mesh"`          // its private key (PEM)
+	TrustBundle string `toml:"trust_bundle,required" unless:"mesh"` // roots peers' certificates must chain to
+}
+
+// Mesh is the [mesh] table: joining an Istio ambient mesh, whose istiod
+// serves this node's certificate (its CA) and the mesh's workloads,
+// services and policies (xDS). Setting XDSAddress turns it on (Enabled);
+// with it "", the default, meshtun runs from the file alone. After Load
+// the paths are absolute.
+//
+// No key of it is applied by a reload: the connections to istiod, the
+// identity in the certificate and the node's metadata are set up once at
+// start, so a change needs a restart.
+type Mesh struct {
+	// istiod's xDS host:port. Off by default: a gateway runs from its
+	// file unless told where its control plane is.
+	XDSAddress string `toml:"xds_address"`
+	// Istio's CA host:port. istiod serves both on one port (15012), so
+	// it defaults to XDSAddress (setDefaults).
+	CAAddress string `toml:"ca_address,derived"`
+	// The roots istiod's serving certificate must chain to (PEM). Where
+	// Istio mounts its root into a pod; on a VM, copy it there.
+	RootCert string `toml:"root_cert" default:"/var/run/secrets/istio/root-cert.pem"`
+	// The name istiod's serving certificate must carry, on the xDS and
+	// the CA connection. Istio's certificate names istiod by the host
+	// clients dial, so it defaults to the host of XDSAddress
+	// (setDefaults).
+	ServerName string `toml:"server_name,derived"`
+	// A Kubernetes service account token with audience istio-ca, sent to
+	// istiod on every call; read anew each time, as kubelet rotates it.
+	// Where Kubernetes projects Istio's token into a pod.
+	TokenFile string `toml:"token_file" default:"/var/run/secrets/tokens/istio-token"`
+	// The cluster istiod serves, sent as the clusterid header and the
+	// CLUSTER_ID of the node's metadata. Istio's default cluster name.
+	ClusterID string `toml:"cluster_id" default:"Kubernetes"`
+	// This node's workload identity is spiffe://<gateway.trust_domain>/
+	// ns/<Namespace>/sa/<ServiceAccount> (MeshIdentity): istiod checks
+	// both against the token and signs nothing else.
+	Namespace      string `toml:"namespace,required" if:"mesh"`
+	ServiceAccount string `toml:"service_account,required" if:"mesh"`
+	// The lifetime asked of the CA for this node's certificate. Istio's
+	// own workload default (its SECRET_TTL), renewed at half life.
+	CertTTL Duration `toml:"cert_ttl" default:"24h"`
+	// The node's addresses, sent to istiod as INSTANCE_IPS, by which it
+	// finds this node's own workload. Empty: the host's addresses, found
+	// at run time; no default can be written, as they are the host's.
+	InstanceIPs []netip.Addr `toml:"instance_ips"`
+}
+
+// Bounds of mesh.cert_ttl. Below 10 minutes, renewing at half life with
+// jitter and retries with backoff leaves no room before the certificate
+// expires, and every node asks the CA every few minutes; above 90 days,
+// Istio's CA refuses the request (its default MAX_WORKLOAD_CERT_TTL).
+const (
+	MinCertTTL = 10 * time.Minute
+	MaxCertTTL = 90 * 24 * time.Hour
+)
+
+// Enabled reports whether the mesh is on: mesh.xds_address is set.
+func (m *Mesh) Enabled() bool { return m.XDSAddress != "" }
+
+// MeshIdentity is this node's SPIFFE ID in the mesh,
+// spiffe://<gateway.trust_domain>/ns/<mesh.namespace>/sa/<mesh.service_account>,
+// the URI SAN of the certificate it asks Istio's CA for; "" with the mesh
+// off. Validate checks its parts.
+func (c *Config) MeshIdentity() string {
+	if !c.Mesh.Enabled() {
+		return ""
+	}
+	return identity.WorkloadString(c.Gateway.TrustDomain, c.Mesh.Namespace, c.Mesh.ServiceAccount)
 }
 
 // TUN is the [tun] table: the capture device.

@@ -4,6 +4,8 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -55,6 +57,12 @@ func TestShippedFile(t *testing.T) {
 			Cert:        "/etc/meshtun/tls/cert.pem",
 			Key:         "/etc/meshtun/tls/key.pem",
 			TrustBundle: "/etc/meshtun/tls/ca.pem",
+		},
+		Mesh: Mesh{ // off: the shipped file has [mesh] commented out
+			RootCert:  "/var/run/secrets/istio/root-cert.pem",
+			TokenFile: "/var/run/secrets/tokens/istio-token",
+			ClusterID: "Kubernetes",
+			CertTTL:   Duration{24 * time.Hour},
 		},
 		TUN: TUN{
 			Name:      "meshtun0",
@@ -164,6 +172,18 @@ func TestDefault(t *testing.T) {
 		{"admin.listen", d.Admin.Listen, "127.0.0.1:15000"},
 		{"admin.metrics", d.Admin.Metrics, "0.0.0.0:15020"},
 		{"admin.readiness", d.Admin.Readiness, "0.0.0.0:15021"},
+		{"mesh.xds_address", d.Mesh.XDSAddress, ""},
+		{"mesh.ca_address", d.Mesh.CAAddress, ""},
+		{"mesh.root_cert", d.Mesh.RootCert, "/var/run/secrets/istio/root-cert.pem"},
+		{"mesh.server_name", d.Mesh.ServerName, ""},
+		{"mesh.token_file", d.Mesh.TokenFile, "/var/run/secrets/tokens/istio-token"},
+		{"mesh.cluster_id", d.Mesh.ClusterID, "Kubernetes"},
+		{"mesh.namespace", d.Mesh.Namespace, ""},
+		{"mesh.service_account", d.Mesh.ServiceAccount, ""},
+		{"mesh.cert_ttl", d.Mesh.CertTTL.Duration, 24 * time.Hour},
+		{"mesh.instance_ips", len(d.Mesh.InstanceIPs), 0},
+		{"mesh off", d.Mesh.Enabled(), false},
+		{"no mesh identity", d.MeshIdentity(), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !reflect.DeepEqual(tc.got, tc.want) {
@@ -309,5 +329,125 @@ identity = "spiffe://cluster.local/ns/meshtun/sa/b"
 	}
 	if want := netip.MustParseAddrPort("[fd00::2]:15008"); c.Peers[0].Address != want {
 		t.Errorf("peers[0].address = %v, want %v", c.Peers[0].Address, want)
+	}
+}
+
+// meshFile is the smallest valid file with the mesh on (no [tls]), with
+// lines added to [mesh]; a line for xds_address, namespace or
+// service_account replaces the default one.
+func meshFile(lines ...string) string {
+	keys := []string{
+		`xds_address = "istiod.istio-system.svc:15012"`,
+		`namespace = "vm"`,
+		`service_account = "vm-sa"`,
+	}
+	for _, l := range lines {
+		name, _, _ := strings.Cut(l, " =")
+		keys = slices.DeleteFunc(keys, func(k string) bool { return strings.HasPrefix(k, name+" =") })
+		if !strings.HasSuffix(l, "= <absent>") {
+			keys = append(keys, l)
+		}
+	}
+	return "version = 1\n[mesh]\n" + strings.Join(keys, "\n") + "\n"
+}
+
+func TestMeshDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		lines                []string
+		wantCA, wantServer   string
+		wantEnabled          bool
+		wantMeshIdentityText string
+	}{
+		{"host name", nil,
+			"istiod.istio-system.svc:15012", "istiod.istio-system.svc", true, "spiffe://cluster.local/ns/vm/sa/vm-sa"},
+		{"ipv4 literal", []string{`xds_address = "10.96.0.20:15012"`},
+			"10.96.0.20:15012", "10.96.0.20", true, "spiffe://cluster.local/ns/vm/sa/vm-sa"},
+		{"ipv6 literal", []string{`xds_address = "[fd00:96::20]:15012"`},
+			"[fd00:96::20]:15012", "fd00:96::20", true, "spiffe://cluster.local/ns/vm/sa/vm-sa"},
+		{"explicit values kept", []string{`ca_address = "ca.example.org:15443"`, `server_name = "istiod.example.org"`},
+			"ca.example.org:15443", "istiod.example.org", true, "spiffe://cluster.local/ns/vm/sa/vm-sa"},
+		{"server name from xds, not ca", []string{`ca_address = "ca.example.org:15443"`},
+			"ca.example.org:15443", "istiod.istio-system.svc", true, "spiffe://cluster.local/ns/vm/sa/vm-sa"},
+		{"written empty is derived", []string{`ca_address = ""`, `server_name = ""`},
+			"istiod.istio-system.svc:15012", "istiod.istio-system.svc", true, "spiffe://cluster.local/ns/vm/sa/vm-sa"},
+		{"off", []string{`xds_address = <absent>`, `namespace = <absent>`, `service_account = <absent>`},
+			"", "", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			doc := meshFile(tc.lines...)
+			if !tc.wantEnabled {
+				doc = base + "[mesh]\n"
+			}
+			c := mustParse(t, doc)
+			m := c.Mesh
+			if m.CAAddress != tc.wantCA || m.ServerName != tc.wantServer || m.Enabled() != tc.wantEnabled {
+				t.Errorf("ca_address %q, server_name %q, enabled %v; want %q, %q, %v",
+					m.CAAddress, m.ServerName, m.Enabled(), tc.wantCA, tc.wantServer, tc.wantEnabled)
+			}
+			if got := c.MeshIdentity(); got != tc.wantMeshIdentityText {
+				t.Errorf("MeshIdentity = %q, want %q", got, tc.wantMeshIdentityText)
+			}
+			if want := (Mesh{RootCert: "/var/run/secrets/istio/root-cert.pem", TokenFile: "/var/run/secrets/tokens/istio-token",
+				ClusterID: "Kubernetes", CertTTL: Duration{24 * time.Hour}}); m.RootCert != want.RootCert ||
+				m.TokenFile != want.TokenFile || m.ClusterID != want.ClusterID || m.CertTTL != want.CertTTL || m.InstanceIPs != nil {
+				t.Errorf("mesh = %+v, want the defaults of %+v", m, want)
+			}
+		})
+	}
+}
+
+func TestMeshValues(t *testing.T) {
+	c := mustParse(t, `version = 1
+[gateway]
+trust_domain = "example.org"
+[tls]
+trust_bundle = "/etc/meshtun/extra-roots.pem"
+[mesh]
+xds_address = "istiod.istio-system.svc:15012"
+root_cert = "/etc/istio/root.pem"
+token_file = "/etc/istio/token"
+cluster_id = "east-1"
+namespace = "vms"
+service_account = "db-vm"
+cert_ttl = "12h"
+instance_ips = ["192.0.2.10", "fd00::10"]
+[[peers]]
+name = "b"
+cidrs = ["10.244.3.0/24"]
+address = "192.0.2.2:15008"
+identity = "spiffe://example.org/ns/meshtun/sa/b"
+[[workloads]]
+name = "web"
+namespace = "default"
+addresses = ["10.244.2.5"]
+[[services]]
+name = "web"
+namespace = "default"
+vips = ["10.96.0.10"]
+ports = { 80 = 8080 }
+endpoints = ["default/web"]
+[[policies]]
+name = "p"
+action = "allow"
+`)
+	want := Mesh{
+		XDSAddress: "istiod.istio-system.svc:15012", CAAddress: "istiod.istio-system.svc:15012",
+		RootCert: "/etc/istio/root.pem", ServerName: "istiod.istio-system.svc", TokenFile: "/etc/istio/token",
+		ClusterID: "east-1", Namespace: "vms", ServiceAccount: "db-vm", CertTTL: Duration{12 * time.Hour},
+		InstanceIPs: addrs("192.0.2.10", "fd00::10"),
+	}
+	if !reflect.DeepEqual(c.Mesh, want) {
+		t.Errorf("mesh = %+v\nwant %+v", c.Mesh, want)
+	}
+	if got, want := c.MeshIdentity(), "spiffe://example.org/ns/vms/sa/db-vm"; got != want {
+		t.Errorf("MeshIdentity = %q, want %q", got, want)
+	}
+	if c.TLS != (TLS{TrustBundle: "/etc/meshtun/extra-roots.pem"}) {
+		t.Errorf("tls = %+v, want the trust bundle only", c.TLS)
+	}
+	if len(c.Peers) != 1 || len(c.Workloads) != 1 || len(c.Services) != 1 || len(c.Policies) != 1 {
+		t.Errorf("the file's entries beside the mesh: %d peers, %d workloads, %d services, %d policies; want 1 each",
+			len(c.Peers), len(c.Workloads), len(c.Services), len(c.Policies))
 	}
 }

@@ -61,11 +61,14 @@ func decode(data []byte) (*Config, *decoder) {
 	return c, d
 }
 
-// defaulter is an entry of an array of tables with defaults derived from
-// its other keys.
+// defaulter is a table, or an entry of an array of tables, with defaults
+// derived from its other keys.
 type defaulter interface{ setDefaults() }
 
-var _ defaulter = (*Workload)(nil)
+var (
+	_ defaulter = (*Workload)(nil)
+	_ defaulter = (*Mesh)(nil)
+)
 
 // decoder walks the parsed TOML tree into a Config, collecting problems.
 type decoder struct {
@@ -76,8 +79,16 @@ type decoder struct {
 // merge adds the problems Validate found, leaving out those at or under a
 // path that already failed to decode: a value that could not be read is
 // zero in the Config, and "required" beside "invalid CIDR" would mislead.
+// For the same reason it leaves out problems with keys whose requirement
+// hangs on a condition (if:"…", unless:"…") whose key failed to decode.
 func (d *decoder) merge(checked []*Error) {
 	failed := d.list
+	unknown := map[string]bool{} // conditions whose key failed to decode
+	for name, cond := range conditions {
+		for _, f := range failed {
+			unknown[name] = unknown[name] || f.Path != "" && within(f.Path, cond.key)
+		}
+	}
 	for _, e := range checked {
 		dup := false
 		for _, f := range failed {
@@ -85,6 +96,9 @@ func (d *decoder) merge(checked []*Error) {
 				dup = true
 				break
 			}
+		}
+		if k, ok := lookup(schemaPath(e.Path)); ok && unknown[k.when] {
+			dup = true
 		}
 		if !dup {
 			d.list = append(d.list, e)
@@ -116,14 +130,13 @@ func (d *decoder) decodeTable(t *table, v reflect.Value, s *tableSchema) {
 				ev := reflect.New(k.typ.Elem()).Elem()
 				d.decodeTable(e, ev, k.sub)
 				fillDefaults(ev, k.sub, true)
-				if f, ok := ev.Addr().Interface().(defaulter); ok {
-					f.setDefaults()
-				}
+				setDerived(ev)
 				out = reflect.Append(out, ev)
 			}
 			dst.Set(out)
 		case k.sub != nil:
 			d.decodeTable(t.sub(k.name), dst, k.sub)
+			setDerived(dst)
 		default:
 			if raw, path, ok := t.get(k.name); ok {
 				if val, ok := d.value(path, raw, k.typ); ok {
@@ -133,6 +146,14 @@ func (d *decoder) decodeTable(t *table, v reflect.Value, s *tableSchema) {
 		}
 	}
 	t.finish()
+}
+
+// setDerived fills the derived defaults of v, a table or an entry, if it
+// has any.
+func setDerived(v reflect.Value) {
+	if f, ok := v.Addr().Interface().(defaulter); ok {
+		f.setDefaults()
+	}
 }
 
 var (

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"reflect"
@@ -13,8 +14,9 @@ import (
 // name as gateway.name. Parse starts from it, and fills the entries of
 // arrays of tables ([[workloads]] and the like) from the same tags.
 //
-// Version and the [tls] paths have no default: a file must say them, so
-// Default().Validate() fails until they are set.
+// Version and the [tls] paths have no default: a file must say them (the
+// paths unless [mesh] is on), so Default().Validate() fails until they
+// are set.
 func Default() *Config {
 	c := &Config{}
 	fillDefaults(reflect.ValueOf(c).Elem(), root, false)
@@ -74,5 +76,21 @@ const defaultHBONEPort = 15008
 func (w *Workload) setDefaults() {
 	if w.Protocol == "HBONE" && !w.HBONEAddress.IsValid() && len(w.Addresses) > 0 {
 		w.HBONEAddress = netip.AddrPortFrom(w.Addresses[0], defaultHBONEPort)
+	}
+}
+
+// setDefaults fills the keys of [mesh] derived from mesh.xds_address;
+// Parse calls it after decoding the table. istiod serves xDS and its CA on
+// one port, under one certificate that names the host clients dial. An
+// xds_address that is not host:port leaves server_name empty, for
+// Validate to report the address.
+func (m *Mesh) setDefaults() {
+	if m.CAAddress == "" {
+		m.CAAddress = m.XDSAddress
+	}
+	if m.ServerName == "" {
+		if host, _, err := net.SplitHostPort(m.XDSAddress); err == nil {
+			m.ServerName = host
+		}
 	}
 }

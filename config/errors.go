@@ -64,6 +64,7 @@ func (e *Error) Error() string {
 type problems struct {
 	list []*Error
 	keys keyIndex // for at and path; nil while decoding, which knows its paths
+	cfg  *Config  // the Config being checked, whose state decides conditional requirements
 }
 
 func (p *problems) add(path, format string, args ...any) {

@@ -329,3 +329,148 @@ func TestClosest(t *testing.T) {
 		})
 	}
 }
+
+// Every problem of [mesh], each at its key path, and nothing else: the
+// want lines are the whole of the error.
+func TestMeshErrors(t *testing.T) {
+	const dialLike = `write it like "istiod.istio-system.svc:15012" or "[fd00::10]:15012"`
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{"xds without port", meshFile(`xds_address = "istiod.istio-system.svc"`),
+			[]string{`mesh.xds_address: "istiod.istio-system.svc" is not host:port; ` + dialLike}},
+		{"xds ipv6 without brackets", meshFile(`xds_address = "fd00::10:15012"`),
+			[]string{`mesh.xds_address: "fd00::10:15012" is not host:port; ` + dialLike}},
+		{"xds port 0", meshFile(`xds_address = "istiod:0"`),
+			[]string{`mesh.xds_address: "istiod:0": port must be a number 1..65535; ` + dialLike}},
+		{"xds named port", meshFile(`xds_address = "istiod:grpc"`),
+			[]string{`mesh.xds_address: "istiod:grpc": port must be a number 1..65535; ` + dialLike}},
+		{"xds without host", meshFile(`xds_address = ":15012"`),
+			[]string{`mesh.xds_address: ":15012" names no host; ` + dialLike}},
+		{"xds unspecified", meshFile(`xds_address = "[::]:15012"`),
+			[]string{`mesh.xds_address: "[::]:15012": the unspecified address cannot be dialled; ` + dialLike}},
+		{"xds bad host name", meshFile(`xds_address = "ist_iod:15012"`),
+			[]string{`mesh.xds_address: "ist_iod:15012": "ist_iod" is neither an IP address nor a host name`}},
+		{"xds not a string", meshFile(`xds_address = 15012`),
+			[]string{`mesh.xds_address: must be a string, not an integer (15012)`}},
+		{"ca without port", meshFile(`ca_address = "istiod.istio-system.svc"`),
+			[]string{`mesh.ca_address: "istiod.istio-system.svc" is not host:port; ` + dialLike}},
+		{"ca bad, mesh off", base + "[mesh]\nca_address = \"0.0.0.0:15012\"\n",
+			[]string{`mesh.ca_address: "0.0.0.0:15012": the unspecified address cannot be dialled; ` + dialLike}},
+		{"server name with port", meshFile(`server_name = "istiod:15012"`),
+			[]string{`mesh.server_name: "istiod:15012" is neither a host name nor an IP address (without a port), like "istiod.istio-system.svc"`}},
+		{"namespace missing", meshFile(`namespace = <absent>`),
+			[]string{`mesh.namespace: required while [mesh] is on: this node's workload namespace, as in its WorkloadEntry, like "vm"`}},
+		{"namespace empty", meshFile(`namespace = ""`),
+			[]string{`mesh.namespace: required while [mesh] is on: this node's workload namespace, as in its WorkloadEntry, like "vm"`}},
+		{"service account missing", meshFile(`service_account = <absent>`),
+			[]string{`mesh.service_account: required while [mesh] is on: the service account this node's token belongs to, like "vm-sa"`}},
+		{"namespace with slash", meshFile(`namespace = "vm/x"`),
+			[]string{`mesh.namespace: "vm/x" may hold only letters, digits, ".", "-" and "_"`}},
+		{"service account dot dot", meshFile(`service_account = ".."`),
+			[]string{`mesh.service_account: ".." may hold only letters, digits, ".", "-" and "_"`}},
+		{"namespace bad, mesh off", base + "[mesh]\nnamespace = \"a b\"\n",
+			[]string{`mesh.namespace: "a b" may hold only letters, digits, ".", "-" and "_"`}},
+		{"root cert empty", meshFile(`root_cert = ""`),
+			[]string{`mesh.root_cert: required while [mesh] is on: the roots istiod's certificate must chain to (PEM)`}},
+		{"token file empty", meshFile(`token_file = ""`),
+			[]string{`mesh.token_file: required while [mesh] is on: the file holding this node's istio-ca token`}},
+		{"cluster id empty", meshFile(`cluster_id = ""`),
+			[]string{`mesh.cluster_id: required while [mesh] is on: the cluster istiod serves (Istio's default is "Kubernetes")`}},
+		{"cluster id with space", meshFile(`cluster_id = "east 1"`),
+			[]string{`mesh.cluster_id: "east 1" may hold only visible ASCII characters, no spaces`}},
+		{"cert ttl short", meshFile(`cert_ttl = "9m59s"`),
+			[]string{`mesh.cert_ttl: 9m59s is out of range (10m..2160h, which is 90 days)`}},
+		{"cert ttl long", meshFile(`cert_ttl = "2161h"`),
+			[]string{`mesh.cert_ttl: 2161h0m0s is out of range (10m..2160h, which is 90 days)`}},
+		{"cert ttl zero", meshFile(`cert_ttl = "0s"`),
+			[]string{`mesh.cert_ttl: 0s is out of range (10m..2160h, which is 90 days)`}},
+		{"cert ttl negative, mesh off", base + "[mesh]\ncert_ttl = \"-24h\"\n",
+			[]string{`mesh.cert_ttl: -24h0m0s is out of range (10m..2160h, which is 90 days)`}},
+		{"cert ttl not a duration", meshFile(`cert_ttl = "1d"`),
+			[]string{`mesh.cert_ttl: invalid duration "1d": write a number and a unit, like "5s" or "5m"`}},
+		{"instance ip invalid", meshFile(`instance_ips = ["192.0.2.10", "192.0.2.300"]`),
+			[]string{`mesh.instance_ips[1]: invalid IP address "192.0.2.300" (IPv4 field has value >255)`}},
+		{"instance ip prefix", meshFile(`instance_ips = ["192.0.2.0/24"]`),
+			[]string{`mesh.instance_ips[0]: invalid IP address "192.0.2.0/24" (unexpected character (at "/24"))`}},
+		{"instance ip unspecified and multicast", meshFile(`instance_ips = ["0.0.0.0", "ff02::1"]`),
+			[]string{`mesh.instance_ips[0]: 0.0.0.0 is not an address of a host`, `mesh.instance_ips[1]: ff02::1 is not an address of a host`}},
+		{"instance ip twice", meshFile(`instance_ips = ["192.0.2.10", "fd00::10", "192.0.2.10", "192.0.2.10"]`),
+			[]string{`mesh.instance_ips[2]: 192.0.2.10 is listed twice (also mesh.instance_ips[0])`, `mesh.instance_ips[3]: 192.0.2.10 is listed twice (also mesh.instance_ips[0])`}},
+		{"unknown key", meshFile(`xds_adress = "istiod:15012"`),
+			[]string{`mesh.xds_adress: unknown key (did you mean "xds_address"?)`}},
+		{"tls cert and key with the mesh", meshFile() + "[tls]\ncert = \"c.pem\"\nkey = \"k.pem\"\ntrust_bundle = \"b.pem\"\n",
+			[]string{
+				`tls.cert: with [mesh] on, this gateway's certificate comes from Istio's CA (mesh.ca_address): remove tls.cert`,
+				`tls.key: with [mesh] on, this gateway's key is made in memory for the certificate Istio's CA issues: remove tls.key`,
+			}},
+		{"tls without the mesh", "version = 1\n[mesh]\ncluster_id = \"east-1\"\n",
+			[]string{
+				`tls.cert: required: the path of this gateway's certificate chain (PEM)`,
+				`tls.key: required: the path of this gateway's private key (PEM)`,
+				`tls.trust_bundle: required: the path of the roots peers' certificates must chain to (PEM)`,
+			}},
+		{"all at once, in schema order", meshFile(`xds_address = "istiod"`, `namespace = <absent>`, `service_account = "a/b"`,
+			`cert_ttl = "1m"`, `instance_ips = ["0.0.0.0"]`) + "[tls]\nkey = \"k.pem\"\n[tun]\nmtu = 1\n",
+			[]string{
+				`tls.key: with [mesh] on, this gateway's key is made in memory for the certificate Istio's CA issues: remove tls.key`,
+				`mesh.xds_address: "istiod" is not host:port; ` + dialLike,
+				`mesh.namespace: required while [mesh] is on: this node's workload namespace, as in its WorkloadEntry, like "vm"`,
+				`mesh.service_account: "a/b" may hold only letters, digits, ".", "-" and "_"`,
+				`mesh.cert_ttl: 1m0s is out of range (10m..2160h, which is 90 days)`,
+				`mesh.instance_ips[0]: 0.0.0.0 is not an address of a host`,
+				`tun.mtu: 1 is out of range (576..65535)`,
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := parseErrors(t, tc.doc)
+			var want []string
+			for _, w := range tc.want {
+				want = append(want, "gateway.toml: "+w)
+			}
+			if got := errs.Error(); got != strings.Join(want, "\n") {
+				t.Errorf("errors:\n%s\nwant:\n%s\nfile:\n%s", got, strings.Join(want, "\n"), tc.doc)
+			}
+		})
+	}
+}
+
+// The mesh on, [tls] may be left out whole, or hold only a trust bundle
+// (extra roots); [[workloads]] and the like stay valid beside the mesh
+// (TestMeshValues).
+func TestMeshMakesTLSOptional(t *testing.T) {
+	for _, doc := range []string{
+		meshFile(),
+		meshFile() + "[tls]\n",
+		meshFile() + "[tls]\ntrust_bundle = \"extra-roots.pem\"\n",
+	} {
+		if _, err := Parse([]byte(doc), "gateway.toml"); err != nil {
+			t.Errorf("%v\nfile:\n%s", err, doc)
+		}
+	}
+}
+
+// A Config built in code with the mesh on has no derived values unless it
+// sets them: Validate asks for them rather than letting them be empty.
+func TestValidateMeshWithoutParse(t *testing.T) {
+	c := Default()
+	c.Version = 1
+	c.Mesh.XDSAddress = "istiod.istio-system.svc:15012"
+	c.Mesh.Namespace, c.Mesh.ServiceAccount = "vm", "vm-sa"
+	err := c.Validate()
+	var errs *Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("Validate = %v, want *Errors", err)
+	}
+	want := "mesh.ca_address: required while [mesh] is on (Parse defaults it to mesh.xds_address)\n" +
+		"mesh.server_name: required while [mesh] is on (Parse defaults it to the host of mesh.xds_address)"
+	if got := errs.Error(); got != want {
+		t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+	}
+	c.Mesh.setDefaults()
+	if err := c.Validate(); err != nil {
+		t.Errorf("after setDefaults: %v", err)
+	}
+}

@@ -20,6 +20,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(base + "[[workloads]]\nname = \"w\"\nnamespace = \"n\"\naddresses = [\"fd00::1\"]\n"))
 	f.Add([]byte(base + "[[services]]\nports = { 80 = 8080, 0 = 1, x = 2 }\n"))
 	f.Add([]byte(base + "[tun]\nroutes = [\"10.0.0.1/8\", 5, \"fe80::1%eth0\"]\n"))
+	f.Add([]byte(meshFile(`instance_ips = ["192.0.2.10", "fd00::10"]`, `cert_ttl = "12h"`) + "[tls]\ntrust_bundle = \"b\"\n"))
+	f.Add([]byte(meshFile(`xds_address = "[fd00::10]:0"`, `server_name = "a:1"`, `namespace = ""`) + "[tls]\ncert = \"c\"\n"))
 	f.Add([]byte("version = 1\n[tun]\nmtu = = 5\n"))
 	f.Add([]byte("peers = [{name = 1}, 2]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

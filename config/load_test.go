@@ -105,3 +105,129 @@ func TestLoadUnreadableConfig(t *testing.T) {
 		t.Errorf("Load of a missing file = %v, want fs.ErrNotExist", err)
 	}
 }
+
+// With the mesh on, Load resolves and checks mesh.root_cert and
+// mesh.token_file (and tls.trust_bundle if set), not tls.cert or tls.key;
+// with it off, the mesh's files are not checked at all.
+func TestLoadMesh(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"istio/root-cert.pem": "root",
+		"istio/token":         "jwt",
+		"tls/cert.pem":        "cert",
+		"tls/key.pem":         "key",
+		"tls/ca.pem":          "ca",
+	})
+	if err := os.Mkdir(filepath.Join(dir, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const on = "xds_address = \"istiod.istio-system.svc:15012\"\nnamespace = \"vm\"\nservice_account = \"vm-sa\"\n"
+	const files = "root_cert = \"istio/root-cert.pem\"\ntoken_file = \"DIR/istio/token\"\n"
+	const tlsFiles = "[tls]\ncert = \"tls/cert.pem\"\nkey = \"tls/key.pem\"\ntrust_bundle = \"tls/ca.pem\"\n"
+	for _, tc := range []struct {
+		name     string
+		doc      string   // after version = 1, with DIR for dir
+		want     []string // whole lines of the error; none: success
+		wantMesh Mesh     // on success: root_cert, token_file
+		wantTLS  TLS
+	}{
+		{
+			name:     "mesh on, files present",
+			doc:      "[mesh]\n" + on + files,
+			wantMesh: Mesh{RootCert: "DIR/istio/root-cert.pem", TokenFile: "DIR/istio/token"},
+		},
+		{
+			name:     "mesh on, extra roots",
+			doc:      "[tls]\ntrust_bundle = \"tls/ca.pem\"\n[mesh]\n" + on + files,
+			wantMesh: Mesh{RootCert: "DIR/istio/root-cert.pem", TokenFile: "DIR/istio/token"},
+			wantTLS:  TLS{TrustBundle: "DIR/tls/ca.pem"},
+		},
+		{
+			name: "mesh on, files missing",
+			doc:  "[tls]\ntrust_bundle = \"gone.pem\"\n[mesh]\n" + on + "root_cert = \"missing.pem\"\ntoken_file = \"dir\"\n",
+			want: []string{
+				"DIR/gateway.toml: tls.trust_bundle: open DIR/gone.pem: no such file or directory",
+				"DIR/gateway.toml: mesh.root_cert: open DIR/missing.pem: no such file or directory",
+				"DIR/gateway.toml: mesh.token_file: open DIR/dir: is a directory, not a token file",
+			},
+		},
+		{
+			name: "mesh on, absolute paths",
+			doc:  "[mesh]\n" + on + "root_cert = \"/nonexistent/root-cert.pem\"\ntoken_file = \"/nonexistent/istio-token\"\n",
+			want: []string{
+				"DIR/gateway.toml: mesh.root_cert: open /nonexistent/root-cert.pem: no such file or directory",
+				"DIR/gateway.toml: mesh.token_file: open /nonexistent/istio-token: no such file or directory",
+			},
+		},
+		{
+			name: "mesh on, tls cert and key named are not read",
+			doc:  "[tls]\ncert = \"gone.pem\"\nkey = \"gone.pem\"\n[mesh]\n" + on + files,
+			want: []string{
+				"DIR/gateway.toml: tls.cert: with [mesh] on, this gateway's certificate comes from Istio's CA (mesh.ca_address): remove tls.cert",
+				"DIR/gateway.toml: tls.key: with [mesh] on, this gateway's key is made in memory for the certificate Istio's CA issues: remove tls.key",
+			},
+		},
+		{
+			name:     "mesh off, its files are not checked",
+			doc:      tlsFiles + "[mesh]\nnamespace = \"vm\"\nroot_cert = \"missing.pem\"\ntoken_file = \"dir\"\n",
+			wantMesh: Mesh{RootCert: "DIR/missing.pem", TokenFile: "DIR/dir"},
+			wantTLS:  TLS{Cert: "DIR/tls/cert.pem", Key: "DIR/tls/key.pem", TrustBundle: "DIR/tls/ca.pem"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dirOf := func(s string) string { return strings.ReplaceAll(s, "DIR", dir) }
+			path := filepath.Join(dir, "gateway.toml")
+			writeFiles(t, dir, map[string]string{"gateway.toml": "version = 1\n" + dirOf(tc.doc)})
+			c, err := Load(path)
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Load: %v", err)
+				}
+				if want := dirOf(tc.wantMesh.RootCert); c.Mesh.RootCert != want {
+					t.Errorf("mesh.root_cert = %q, want %q", c.Mesh.RootCert, want)
+				}
+				if want := dirOf(tc.wantMesh.TokenFile); c.Mesh.TokenFile != want {
+					t.Errorf("mesh.token_file = %q, want %q", c.Mesh.TokenFile, want)
+				}
+				want := TLS{Cert: dirOf(tc.wantTLS.Cert), Key: dirOf(tc.wantTLS.Key), TrustBundle: dirOf(tc.wantTLS.TrustBundle)}
+				if c.TLS != want {
+					t.Errorf("tls = %+v, want %+v", c.TLS, want)
+				}
+				return
+			}
+			var errs *Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("Load = %v, want *Errors", err)
+			}
+			var want []string
+			for _, w := range tc.want {
+				want = append(want, dirOf(w))
+			}
+			if got := errs.Error(); got != strings.Join(want, "\n") {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+			}
+		})
+	}
+}
+
+// The mesh on and its paths left out, Load checks Istio's default places.
+func TestLoadMeshDefaultPaths(t *testing.T) {
+	d := Default().Mesh
+	for _, p := range []string{d.RootCert, d.TokenFile} {
+		if _, err := os.Stat(p); err == nil {
+			t.Skipf("%s exists on this machine", p)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "gateway.toml")
+	writeFiles(t, filepath.Dir(path), map[string]string{"gateway.toml": meshFile()})
+	_, err := Load(path)
+	var errs *Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("Load = %v, want *Errors", err)
+	}
+	want := path + ": mesh.root_cert: open /var/run/secrets/istio/root-cert.pem: no such file or directory\n" +
+		path + ": mesh.token_file: open /var/run/secrets/tokens/istio-token: no such file or directory"
+	if got := errs.Error(); got != want {
+		t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+	}
+}

@@ -18,6 +18,8 @@ type key struct {
 	def      string // default:"…", the default's text
 	hasDef   bool
 	required bool     // toml:"…,required": no default, the file must say it
+	when     string   // if:"cond" or unless:"cond": required only while cond holds, or does not; "" always
+	unless   bool     // when came from unless:"…"
 	derived  bool     // toml:"…,derived": the default is worked out from other keys
 	reload   bool     // reload:"apply": a reload puts it in force
 	values   []string // values:"a|b": the values a string key may take; nil: any
@@ -32,6 +34,30 @@ type key struct {
 type tableSchema struct {
 	keys  []key
 	names []string // the keys' names, for "did you mean" and messages
+}
+
+// condition is a state of a whole file that a key's requirement may
+// depend on (the tags if:"name" and unless:"name").
+type condition struct {
+	holds func(*Config) bool
+	doc   string // how gateway.toml writes it: "required if <doc>", "required unless <doc>"
+	// The key holds reads. When its value cannot be decoded, whether the
+	// condition holds is not known, and the keys that hang on it are not
+	// reported (decoder.merge): "tls.cert: required" beside a bad
+	// mesh.xds_address would mislead.
+	key string
+}
+
+// conditions are the conditions the schema's tags may name.
+var conditions = map[string]condition{
+	"mesh": {holds: func(c *Config) bool { return c.Mesh.Enabled() }, doc: "[mesh] is on", key: "mesh.xds_address"},
+}
+
+// applies reports whether k's condition, if it has one, asks for k in c:
+// a key tagged if:"mesh" applies with the mesh on, unless:"mesh" with it
+// off, a key with neither always.
+func (k *key) applies(c *Config) bool {
+	return k.when == "" || conditions[k.when].holds(c) != k.unless
 }
 
 // root is the schema of a whole file. Reading it at start makes a struct
@@ -68,6 +94,16 @@ func mustSchema(t reflect.Type) *tableSchema {
 		}
 		if k.hasDef && (k.required || k.derived) {
 			panic(fmt.Sprintf("config: %s.%s: a default and %q", t.Name(), f.Name, opts))
+		}
+		for _, tag := range []string{"if", "unless"} {
+			cond, ok := f.Tag.Lookup(tag)
+			if !ok {
+				continue
+			}
+			if _, known := conditions[cond]; !known || !k.required || k.when != "" {
+				panic(fmt.Sprintf("config: %s.%s: %s:%q needs \"required\", one condition, and one of the schema's conditions", t.Name(), f.Name, tag, cond))
+			}
+			k.when, k.unless = cond, tag == "unless"
 		}
 		if v, ok := f.Tag.Lookup("values"); ok {
 			if f.Type.Kind() != reflect.String {
@@ -117,6 +153,24 @@ func keyPaths() []string {
 	}
 	walk("", root)
 	return out
+}
+
+// schemaPath is the path of the key of the schema at a concrete path:
+// "peers.cidrs" for "peers[1].cidrs[0]".
+func schemaPath(path string) string {
+	var b strings.Builder
+	depth := 0
+	for _, r := range path {
+		switch {
+		case r == '[':
+			depth++
+		case r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // lookup finds the key at a path of keyPaths, and the table holding it.

@@ -26,6 +26,17 @@ func TestKeyPaths(t *testing.T) {
 			t.Errorf("lookup(%q) finds nothing", p)
 		}
 	}
+	for name, cond := range conditions {
+		if k, ok := lookup(cond.key); !ok || k.sub != nil {
+			t.Errorf("condition %q reads %q, which is not a key of the schema", name, cond.key)
+		}
+	}
+	for path, want := range map[string]string{"peers[1].cidrs[0]": "peers.cidrs", "tun.mtu": "tun.mtu",
+		"policies[0].rules[2].principals[1]": "policies.rules.principals", "": ""} {
+		if got := schemaPath(path); got != want {
+			t.Errorf("schemaPath(%q) = %q, want %q", path, got, want)
+		}
+	}
 	for _, bad := range []string{"", "tun", "tun.mtuu", "peers.cidrs.x", "gateway.name.x"} {
 		if k, ok := lookup(bad); ok && (k.sub == nil || k.array) && bad != "tun" {
 			t.Errorf("lookup(%q) found %q", bad, k.name)
@@ -67,6 +78,72 @@ func TestReloadApplied(t *testing.T) {
 		if ReloadApplied(k) {
 			t.Errorf("ReloadApplied(%q) = true, want false", k)
 		}
+	}
+	// Every key of [mesh] needs a restart.
+	var mesh []string
+	for _, k := range keyPaths() {
+		if strings.HasPrefix(k, "mesh.") {
+			mesh = append(mesh, k)
+			if ReloadApplied(k) {
+				t.Errorf("ReloadApplied(%q) = true, want false", k)
+			}
+		}
+	}
+	if len(mesh) != 10 {
+		t.Errorf("[mesh] has keys %q, want the 10 of the schema", mesh)
+	}
+}
+
+// A change to [mesh] is listed by Diff, and a reload keeps the running
+// value of each.
+func TestDiffMesh(t *testing.T) {
+	a := mustParse(t, meshFile())
+	b := mustParse(t, meshFile(`xds_address = "[fd00::10]:15012"`, `cluster_id = "east-1"`, `namespace = "vm2"`,
+		`cert_ttl = "12h"`, `instance_ips = ["192.0.2.10"]`))
+	want := []string{"mesh.xds_address", "mesh.ca_address", "mesh.server_name", "mesh.cluster_id", "mesh.namespace",
+		"mesh.cert_ttl", "mesh.instance_ips"}
+	if got := Diff(a, b); !slices.Equal(got, want) {
+		t.Errorf("Diff = %q, want %q", got, want)
+	}
+	if got := InForce(a, b); !reflect.DeepEqual(got.Mesh, a.Mesh) || len(Diff(a, got)) != 0 {
+		t.Errorf("InForce changed [mesh]: %+v, want %+v", got.Mesh, a.Mesh)
+	}
+	if got := Diff(mustParse(t, base), a); !slices.Contains(got, "tls.cert") || !slices.Contains(got, "mesh.xds_address") {
+		t.Errorf("Diff(mesh off, mesh on) = %q, want tls.cert and mesh.xds_address among them", got)
+	}
+}
+
+// The dump of a config with the mesh on shows [mesh] as written, the
+// derived keys worked out, and parses back to the same config.
+func TestDumpMesh(t *testing.T) {
+	c := mustParse(t, meshFile(`xds_address = "[fd00::10]:15012"`, `instance_ips = ["192.0.2.10", "fd00::5"]`, `cert_ttl = "12h"`)+
+		"[tls]\ntrust_bundle = \"/etc/meshtun/extra.pem\"\n")
+	d := Dump(c)
+	want := map[string]any{
+		"xds_address":     "[fd00::10]:15012",
+		"ca_address":      "[fd00::10]:15012",
+		"root_cert":       "/var/run/secrets/istio/root-cert.pem",
+		"server_name":     "fd00::10",
+		"token_file":      "/var/run/secrets/tokens/istio-token",
+		"cluster_id":      "Kubernetes",
+		"namespace":       "vm",
+		"service_account": "vm-sa",
+		"cert_ttl":        "12h0m0s",
+		"instance_ips":    []any{"192.0.2.10", "fd00::5"},
+	}
+	if !reflect.DeepEqual(d["mesh"], want) {
+		t.Errorf("mesh = %#v\nwant %#v", d["mesh"], want)
+	}
+	var out bytes.Buffer
+	if err := toml.NewEncoder(&out).Encode(tomlReady(d)); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(out.Bytes(), "dump")
+	if err != nil {
+		t.Fatalf("the dump, written as TOML, does not parse: %v\n%s", err, out.String())
+	}
+	if !reflect.DeepEqual(Dump(back), d) {
+		t.Errorf("the dump parses to another config:\n%s", out.String())
 	}
 }
 

@@ -2,12 +2,14 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 )
@@ -26,7 +28,8 @@ type docLine struct {
 }
 
 var (
-	headerRE  = regexp.MustCompile(`^\s*(\[\[?)([a-z_.]+)\]\]?\s*(#.*)?$`)
+	// A header may be commented out, with its table: `# [mesh]`.
+	headerRE  = regexp.MustCompile(`^\s*(#\s*)?(\[\[?)([a-z_.]+)\]\]?\s*(#.*)?$`)
 	keyLineRE = regexp.MustCompile(`^\s*(#\s*)?([a-z_]+)\s*=\s*(.*)$`)
 	// "default <value>" up to the next ';': a default stated as a value.
 	// "default: …" is a default described in words (a derived key).
@@ -45,7 +48,7 @@ func readDoc(t *testing.T) (headers map[string]bool, lines []docLine) {
 	section := ""
 	for i, l := range strings.Split(string(data), "\n") {
 		if m := headerRE.FindStringSubmatch(l); m != nil {
-			section = m[2]
+			section = m[3]
 			headers[section] = true
 			continue
 		}
@@ -143,7 +146,7 @@ func TestShippedFileDocumentsSchema(t *testing.T) {
 func wantDoc(k *key) string {
 	switch {
 	case k.required:
-		return "required; …"
+		return requiredDoc(k) + "; …"
 	case k.derived:
 		return "default: <how it is worked out>; …"
 	}
@@ -163,14 +166,27 @@ func defaultText(k *key) string {
 	return strings.TrimSpace(strings.TrimPrefix(b.String(), "v = "))
 }
 
+// requiredDoc is how the comment of a required key begins: "required",
+// or with its condition, "required unless [mesh] is on".
+func requiredDoc(k *key) string {
+	switch {
+	case k.when == "":
+		return "required"
+	case k.unless:
+		return "required unless " + conditions[k.when].doc
+	}
+	return "required if " + conditions[k.when].doc
+}
+
 func checkDoc(k *key, l docLine) error {
 	if vs := strings.Join(k.values, " | "); vs != "" && !strings.Contains(l.comment, vs) {
 		return fmt.Errorf("the comment must list the values, %q, not %q", vs, l.comment)
 	}
 	switch {
 	case k.required:
-		if !strings.HasPrefix(l.comment, "required") {
-			return fmt.Errorf("the key has no default: its comment must begin with \"required\", not %q", l.comment)
+		want := requiredDoc(k)
+		if !strings.HasPrefix(l.comment, want) {
+			return fmt.Errorf("the key has no default: its comment must begin with %q, not %q", want, l.comment)
 		}
 		return nil
 	case k.derived:
@@ -253,7 +269,17 @@ func TestCheckDocFails(t *testing.T) {
 		{"policies.rules.namespaces", docLine{value: `["default"]`, commented: true, comment: "the peer's namespace"}, false},
 		{"policies.rules.namespaces", docLine{value: `["default"]`, commented: true, comment: "default []; the peer's namespace"}, true},
 		{"tls.cert", docLine{value: `"c"`, comment: "the chain"}, false},
-		{"tls.cert", docLine{value: `"c"`, comment: "required; the chain"}, true},
+		{"tls.cert", docLine{value: `"c"`, comment: "required; the chain"}, false},
+		{"tls.cert", docLine{value: `"c"`, comment: "required if [mesh] is on; the chain"}, false},
+		{"tls.cert", docLine{value: `"c"`, comment: "required unless [mesh] is on; the chain"}, true},
+		{"mesh.namespace", docLine{value: `"vm"`, commented: true, comment: "required; the namespace"}, false},
+		{"mesh.namespace", docLine{value: `"vm"`, commented: true, comment: "required if [mesh] is on; the namespace"}, true},
+		{"mesh.ca_address", docLine{value: `""`, commented: true, comment: "Istio's CA"}, false},
+		{"mesh.ca_address", docLine{value: `""`, commented: true, comment: "default: xds_address"}, true},
+		{"mesh.root_cert", docLine{value: `"/root.pem"`, commented: true, comment: "the default; roots"}, false},
+		{"mesh.root_cert", docLine{value: `"/var/run/secrets/istio/root-cert.pem"`, commented: true, comment: "the default; roots"}, true},
+		{"mesh.cert_ttl", docLine{value: `"24h"`, commented: true, comment: `default "12h"; lifetime`}, false},
+		{"mesh.cert_ttl", docLine{value: `"1h"`, commented: true, comment: `default "1440m"; lifetime`}, true},
 		{"gateway.name", docLine{value: `"a"`, comment: "the host name"}, false},
 		{"gateway.name", docLine{value: `"a"`, comment: "default: the host name"}, true},
 		{"log.level", docLine{value: `"info"`, comment: `default "info"; trace | debug | info | warn | error`}, true},
@@ -268,49 +294,126 @@ func TestCheckDocFails(t *testing.T) {
 	}
 }
 
+// shippedMeshOn is the shipped file with its commented-out [mesh] section
+// turned on, as an operator would: the header and key lines of [mesh]
+// uncommented, tls.cert and tls.key commented out.
+func shippedMeshOn(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(shippedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, lines := readDoc(t)
+	text := strings.Split(string(data), "\n")
+	uncommented := 0
+	for _, l := range lines {
+		switch {
+		case l.commented && strings.HasPrefix(l.path, "mesh."):
+			text[l.n-1] = strings.TrimPrefix(strings.TrimLeft(text[l.n-1], " "), "# ")
+			uncommented++
+		case l.path == "tls.cert" || l.path == "tls.key":
+			text[l.n-1] = "# " + text[l.n-1]
+		}
+	}
+	header := slices.Index(text, "# [mesh]")
+	if header < 0 || uncommented == 0 {
+		t.Fatalf("%s has no commented-out [mesh] section (a line `# [mesh]` and its keys)", shippedFile)
+	}
+	text[header] = "[mesh]"
+	return strings.Join(text, "\n")
+}
+
+// The [mesh] section of the shipped file, turned on, is a working mesh
+// setup: it parses, with the derived keys worked out and [tls] down to
+// its trust bundle.
+func TestShippedMeshSection(t *testing.T) {
+	c, err := Parse([]byte(shippedMeshOn(t)), "mesh-on")
+	if err != nil {
+		t.Fatalf("the shipped file with [mesh] turned on: %v", err)
+	}
+	want := Mesh{
+		XDSAddress:     "istiod.istio-system.svc:15012",
+		CAAddress:      "istiod.istio-system.svc:15012",
+		RootCert:       "/var/run/secrets/istio/root-cert.pem",
+		ServerName:     "istiod.istio-system.svc",
+		TokenFile:      "/var/run/secrets/tokens/istio-token",
+		ClusterID:      "Kubernetes",
+		Namespace:      "vm",
+		ServiceAccount: "vm-sa",
+		CertTTL:        Duration{24 * time.Hour},
+		InstanceIPs:    []netip.Addr{},
+	}
+	if !reflect.DeepEqual(c.Mesh, want) {
+		t.Errorf("mesh = %+v\nwant %+v", c.Mesh, want)
+	}
+	if want := (TLS{TrustBundle: "/etc/meshtun/tls/ca.pem"}); c.TLS != want {
+		t.Errorf("tls = %+v, want %+v", c.TLS, want)
+	}
+	if got, want := c.MeshIdentity(), "spiffe://cluster.local/ns/vm/sa/vm-sa"; got != want {
+		t.Errorf("MeshIdentity = %q, want %q", got, want)
+	}
+}
+
 // A key tagged required is one Validate asks for: taken out of the
-// shipped file, each required key, and only a required key, gives an
-// error at its path.
+// shipped file, each key required in that file's state, and only such a
+// key, gives an error at its path. The file is tried as shipped (the mesh
+// off) and with its [mesh] section on, so a key tagged if:"mesh" or
+// unless:"mesh" is tried where it is required and where it is not.
 func TestRequiredKeys(t *testing.T) {
 	data, err := os.ReadFile(shippedFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range keyPaths() {
-		k, _ := lookup(path)
-		t.Run(path, func(t *testing.T) {
-			var tree map[string]any
-			if _, err := toml.Decode(string(data), &tree); err != nil {
-				t.Fatal(err)
-			}
-			at, ok := remove(tree, strings.Split(path, "."), "")
-			if !ok {
-				if k.required {
-					t.Fatalf("%s does not set required key %s", shippedFile, path)
+	for _, state := range []struct{ name, doc string }{
+		{"mesh off", string(data)},
+		{"mesh on", shippedMeshOn(t)},
+	} {
+		whole, err := Parse([]byte(state.doc), state.name)
+		if err != nil {
+			t.Fatalf("%s, %s: %v", shippedFile, state.name, err)
+		}
+		for _, path := range keyPaths() {
+			k, _ := lookup(path)
+			req := k.requiredIn(whole)
+			t.Run(state.name+"/"+path, func(t *testing.T) {
+				var tree map[string]any
+				if _, err := toml.Decode(state.doc, &tree); err != nil {
+					t.Fatal(err)
 				}
-				t.Skipf("%s does not set %s", shippedFile, path)
-			}
-			var out strings.Builder
-			if err := toml.NewEncoder(&out).Encode(tree); err != nil {
-				t.Fatal(err)
-			}
-			_, err := Parse([]byte(out.String()), "without")
-			var reported bool
-			if errs, ok := err.(*Errors); ok {
-				for _, e := range errs.List {
-					reported = reported || within(e.Path, at)
+				at, ok := remove(tree, strings.Split(path, "."), "")
+				if !ok {
+					if req {
+						t.Fatalf("%s (%s) does not set required key %s", shippedFile, state.name, path)
+					}
+					t.Skipf("%s (%s) does not set %s", shippedFile, state.name, path)
 				}
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case k.required && !reported:
-				t.Errorf("without %s the file parses (err %v), but the schema tags the key required", at, err)
-			case !k.required && reported:
-				t.Errorf("without %s: %v; but the schema gives the key a default", at, err)
-			}
-		})
+				var out strings.Builder
+				if err := toml.NewEncoder(&out).Encode(tree); err != nil {
+					t.Fatal(err)
+				}
+				_, err := Parse([]byte(out.String()), "without")
+				var reported bool
+				if errs, ok := err.(*Errors); ok {
+					for _, e := range errs.List {
+						reported = reported || within(e.Path, at)
+					}
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case req && !reported:
+					t.Errorf("without %s the file parses (err %v), but the schema tags the key required here", at, err)
+				case !req && reported:
+					t.Errorf("without %s: %v; but the schema does not require the key here", at, err)
+				}
+			})
+		}
 	}
+}
+
+// requiredIn reports whether c must set k.
+func (k *key) requiredIn(c *Config) bool {
+	return k.required && k.applies(c)
 }
 
 // remove deletes the key at path from tree, taking the first entry of an

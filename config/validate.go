@@ -23,7 +23,7 @@ func (c *Config) Validate() error {
 // the value they find wrong (p.at(&c.TUN.MTU, …)); its key path,
 // "tun.mtu", comes from the schema (keyIndex).
 func (c *Config) check() []*Error {
-	p := problems{keys: indexKeys(c)}
+	p := problems{keys: indexKeys(c), cfg: c}
 	switch c.Version {
 	case 0:
 		p.at(&c.Version, "required: the file must start with version = %d", schemaVersion)
@@ -32,6 +32,7 @@ func (c *Config) check() []*Error {
 		p.at(&c.Version, "unsupported version %d (this build understands %d)", c.Version, schemaVersion)
 	}
 	c.checkGateway(&p)
+	c.checkMesh(&p)
 	c.checkTUN(&p)
 	c.checkListeners(&p)
 	td := c.Gateway.TrustDomain
@@ -60,9 +61,89 @@ func (c *Config) checkGateway(p *problems) {
 	oneOf(p, &c.Log.Level)
 	oneOf(p, &c.Log.Format)
 
+	// Required with the mesh off only (their schema tags say so).
 	required(p, &c.TLS.Cert, "the path of this gateway's certificate chain (PEM)")
 	required(p, &c.TLS.Key, "the path of this gateway's private key (PEM)")
 	required(p, &c.TLS.TrustBundle, "the path of the roots peers' certificates must chain to (PEM)")
+}
+
+// checkMesh checks [mesh]: the values it sets always, what the mesh needs
+// while it is on, and [tls] beside it. A value derived from a bad
+// xds_address is reported once, at xds_address.
+func (c *Config) checkMesh(p *problems) {
+	m := &c.Mesh
+	on := m.Enabled()
+	_, _, xdsErr := splitDial(m.XDSAddress)
+	derivedName, _, _ := net.SplitHostPort(m.XDSAddress) // as setDefaults derives server_name
+	if on && xdsErr != nil {
+		p.at(&m.XDSAddress, "%v", xdsErr)
+	}
+	switch {
+	case m.CAAddress != "" && m.CAAddress != m.XDSAddress:
+		if _, _, err := splitDial(m.CAAddress); err != nil {
+			p.at(&m.CAAddress, "%v", err)
+		}
+	case on && m.CAAddress == "":
+		// Parse fills it in; a Config built in code may not have.
+		p.at(&m.CAAddress, "required while [mesh] is on (Parse defaults it to mesh.xds_address)")
+	}
+	switch {
+	case m.ServerName != "" && m.ServerName != derivedName:
+		if _, err := netip.ParseAddr(m.ServerName); err != nil && identity.CheckHostname(m.ServerName) != nil {
+			p.at(&m.ServerName, "%q is neither a host name nor an IP address (without a port), like \"istiod.istio-system.svc\"", m.ServerName)
+		}
+	case on && m.ServerName == "" && xdsErr == nil:
+		p.at(&m.ServerName, "required while [mesh] is on (Parse defaults it to the host of mesh.xds_address)")
+	}
+	required(p, &m.Namespace, "this node's workload namespace, as in its WorkloadEntry, like \"vm\"")
+	required(p, &m.ServiceAccount, "the service account this node's token belongs to, like \"vm-sa\"")
+	checkNamePart(p, &m.Namespace)
+	checkNamePart(p, &m.ServiceAccount)
+	if on {
+		// Each has a default; only a file that writes it empty gets here.
+		if m.RootCert == "" {
+			p.at(&m.RootCert, "required while [mesh] is on: the roots istiod's certificate must chain to (PEM)")
+		}
+		if m.TokenFile == "" {
+			p.at(&m.TokenFile, "required while [mesh] is on: the file holding this node's istio-ca token")
+		}
+		if m.ClusterID == "" {
+			p.at(&m.ClusterID, "required while [mesh] is on: the cluster istiod serves (Istio's default is \"Kubernetes\")")
+		}
+	}
+	if strings.IndexFunc(m.ClusterID, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+		// It travels in a gRPC header, which takes visible ASCII only.
+		p.at(&m.ClusterID, "%q may hold only visible ASCII characters, no spaces", m.ClusterID)
+	}
+	if ttl := m.CertTTL.Duration; ttl < MinCertTTL || ttl > MaxCertTTL {
+		p.at(&m.CertTTL, "%s is out of range (10m..2160h, which is 90 days)", m.CertTTL)
+	}
+	seen := map[netip.Addr]string{}
+	for i := range m.InstanceIPs {
+		a := &m.InstanceIPs[i]
+		switch {
+		case !a.IsValid():
+			p.at(a, "invalid IP address")
+		case a.IsUnspecified() || a.IsMulticast():
+			p.at(a, "%s is not an address of a host", *a)
+		default:
+			if other, dup := seen[*a]; dup {
+				p.at(a, "%s is listed twice (also %s)", *a, other)
+				continue
+			}
+			seen[*a] = p.path(a)
+		}
+	}
+	if on {
+		// Istio's CA issues this node's certificate; its key never leaves
+		// memory.
+		if c.TLS.Cert != "" {
+			p.at(&c.TLS.Cert, "with [mesh] on, this gateway's certificate comes from Istio's CA (mesh.ca_address): remove tls.cert")
+		}
+		if c.TLS.Key != "" {
+			p.at(&c.TLS.Key, "with [mesh] on, this gateway's key is made in memory for the certificate Istio's CA issues: remove tls.key")
+		}
+	}
 }
 
 func (c *Config) checkTUN(p *problems) {
@@ -134,7 +215,29 @@ func (c *Config) checkListeners(p *problems) {
 // splitListen checks a listen address: host:port with a numeric port, the
 // host empty (all interfaces), an IP or a host name.
 func splitListen(s string) (host, port string, err error) {
-	const like = `like "0.0.0.0:15008", "[::]:15008" or "" to turn it off`
+	return splitAddress(s, `like "0.0.0.0:15008", "[::]:15008" or "" to turn it off`)
+}
+
+// splitDial checks an address to dial: host:port with a numeric port, the
+// host a host name or an IP other than the unspecified one.
+func splitDial(s string) (host, port string, err error) {
+	const like = `like "istiod.istio-system.svc:15012" or "[fd00::10]:15012"`
+	host, port, err = splitAddress(s, like)
+	switch {
+	case err != nil:
+		return "", "", err
+	case host == "":
+		return "", "", fmt.Errorf("%q names no host; write it %s", s, like)
+	}
+	if a, err := netip.ParseAddr(host); err == nil && a.IsUnspecified() {
+		return "", "", fmt.Errorf("%q: the unspecified address cannot be dialled; write it %s", s, like)
+	}
+	return host, port, nil
+}
+
+// splitAddress checks host:port, with a numeric port and the host empty,
+// an IP or a host name; like shows the operator how to write it.
+func splitAddress(s, like string) (host, port string, err error) {
 	host, port, err = net.SplitHostPort(s)
 	if err != nil {
 		return "", "", fmt.Errorf("%q is not host:port; write it %s", s, like)
@@ -392,14 +495,26 @@ func checkDialable(p *problems, ap *netip.AddrPort) {
 	}
 }
 
+// required reports *v empty, if the key must be set in the Config being
+// checked: a key tagged if:"cond" or unless:"cond" only while its
+// condition asks for it (and the message of an if:"cond" key says when).
 func required(p *problems, v *string, what string) {
 	if *v != "" {
 		return
 	}
+	msg := "required"
+	if k := p.lookup(v).key; k != nil && k.when != "" {
+		if !k.applies(p.cfg) {
+			return
+		}
+		if !k.unless {
+			msg += " while " + conditions[k.when].doc
+		}
+	}
 	if what == "" {
-		p.at(v, "required")
+		p.at(v, "%s", msg)
 	} else {
-		p.at(v, "required: %s", what)
+		p.at(v, "%s: %s", msg, what)
 	}
 }
 
