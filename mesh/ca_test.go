@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -532,4 +533,47 @@ func TestCertManagerCloseWithCADown(t *testing.T) {
 		t.Fatal("Ready closed without a certificate")
 	default:
 	}
+}
+
+// An element may hold more than one certificate: the leaf with its
+// intermediate in one, several roots in the last (a root rotation).
+func TestParseChainElementsWithSeveralCertificates(t *testing.T) {
+	p := newTestPKI(t)
+	other := newTestPKI(t)
+	key := newKey(t)
+	leaf := p.issue(t, &x509.Certificate{URIs: mustURIs(t, testIdentity)}, p.inter, p.interKey, &key.PublicKey, nil, time.Hour)
+	chain := []string{
+		string(pemCert(leaf)) + string(pemCert(p.inter)),
+		string(pemCert(other.root)) + string(pemCert(p.root)),
+	}
+	cert, err := parseChain(chain, key, testIdentity, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cert.TLS.Certificate) != 2 {
+		t.Errorf("tls chain of %d, want leaf and intermediate", len(cert.TLS.Certificate))
+	}
+	otherLeaf := other.issue(t, &x509.Certificate{}, other.root, other.rootKey, &key.PublicKey, nil, time.Hour)
+	if _, err := otherLeaf.Verify(x509.VerifyOptions{Roots: cert.Roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("the second root of the last element is not trusted: %v", err)
+	}
+	if _, err := parseChain([]string{chain[0], "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}, key, testIdentity, time.Now()); err == nil || !strings.Contains(err.Error(), "want CERTIFICATE") {
+		t.Errorf("a key in the chain: %v", err)
+	}
+	if _, err := parseChain(chain, key, testIdentity, leaf.NotAfter.Add(time.Second)); err == nil {
+		t.Error("an expired leaf was accepted")
+	}
+}
+
+func mustURIs(t *testing.T, s ...string) []*url.URL {
+	t.Helper()
+	var out []*url.URL
+	for _, x := range s {
+		u, err := url.Parse(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, u)
+	}
+	return out
 }

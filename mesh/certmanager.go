@@ -27,6 +27,9 @@ const (
 	// renewJitter spreads renewals of a fleet over ±10% of the half-life,
 	// so nodes given certificates at the same moment do not renew together.
 	renewJitter = 0.1
+	// minRenewDelay bounds how often a CA that hands out certificates about
+	// to expire is asked again; no real TTL is this short.
+	minRenewDelay = 100 * time.Millisecond
 )
 
 // CAStats is the CertManager's state for metrics and /config_dump.
@@ -209,7 +212,7 @@ func (m *CertManager) run(ctx context.Context) {
 		if err == nil {
 			b.reset()
 			expiredLogged = false
-			wait = jitter(cert.NotAfter.Sub(m.now())/2, renewJitter)
+			wait = max(jitter(cert.NotAfter.Sub(m.now())/2, renewJitter), minRenewDelay)
 			m.install(cert)
 			m.log.Info("mesh: certificate issued", "identity", cert.Identity,
 				"expiry", cert.NotAfter.UTC().Format(time.RFC3339), "renew_in", wait.Round(time.Millisecond).String())

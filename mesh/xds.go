@@ -36,7 +36,9 @@ type XDSOptions struct {
 	// OnUpdate, if set, receives the state after each response that changed
 	// it (and after the first of each type). Calls are serial, on the
 	// client's goroutine, before the response is ACKed: a slow OnUpdate holds
-	// the stream back, it never races another call.
+	// the stream back, it never races another call. It may read the
+	// client's Snapshot and Stats but must not call Close (Close waits for
+	// the goroutine OnUpdate runs on).
 	OnUpdate func(Snapshot)
 	// MinBackoff and MaxBackoff bound the reconnection delays (defaults
 	// 100 ms and 30 s).
