@@ -35,7 +35,7 @@ func newBackoffConfig(min, max time.Duration) backoffConfig {
 }
 
 // backoff is an exponential schedule with jitter: each delay is drawn from
-// [d/2, d), and d doubles from Min up to Max. Not safe for concurrent use;
+// [d/2, d], and d doubles from Min up to Max. Not safe for concurrent use;
 // each retry loop owns one.
 type backoff struct {
 	cfg backoffConfig

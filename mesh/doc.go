@@ -34,10 +34,11 @@
 // CertManager lifecycle: NewCertManager (checks the options, nothing sent)
 // → Start (one goroutine; first request at once) → Ready() closes with the
 // first certificate → renewal at half the remaining life of each
-// certificate, ±10% (never sooner than 100 ms) → Close (ends the goroutine, closes the connection and
-// every Subscribe channel; idempotent). A failed request is retried after
-// an exponential delay with jitter (MinBackoff doubling to MaxBackoff,
-// each delay drawn from [d/2, d)); meanwhile the old certificate stays in
+// certificate, ±10% (never sooner than 100 ms) → Close (ends the
+// goroutine, closes the connection and every Subscribe channel;
+// idempotent). A failed request is retried after an exponential delay
+// with jitter (MinBackoff doubling to MaxBackoff, each delay drawn from
+// [d/2, d]); meanwhile the old certificate stays in
 // force and each failure is logged with its expiry. Once it expires,
 // Current returns no certificate (subscribers are told) until a request
 // succeeds. Stats gives the expiry, the next attempt, the last error and
