@@ -478,9 +478,14 @@ func TestXDSReconnectSendsInitialVersions(t *testing.T) {
 	st.push(t, &discovery.DeltaDiscoveryResponse{TypeUrl: AuthorizationType, Nonce: "2", Resources: []*discovery.Resource{policyRes(t, "ns/p")}})
 	h.snapshot(t)
 
-	// The server drops the stream (istiod restarting).
+	// The token rotates, then the server drops the stream (istiod
+	// restarting): the new stream carries the new token.
+	writeFile(t, h.opts.ControlPlane.TokenFile, "xds-token-2")
 	st.end <- status.Error(codes.Unavailable, "istiod going away")
 	st2 := h.ads.next(t)
+	if got := strings.Join(st2.md.Get("authorization"), ","); got != "Bearer xds-token-2" {
+		t.Errorf("new stream's authorization %q, want the rotated token", got)
+	}
 	addrReq, authzReq := st2.subscriptions(t)
 	if got := addrReq.GetInitialResourceVersions(); len(got) != 2 || got["a"] != "va1" || got["b"] != "vb1" {
 		t.Errorf("Address initial versions %v, want a=va1 b=vb1 (and not the rejected one)", got)
@@ -628,5 +633,26 @@ func TestHostAddresses(t *testing.T) {
 		if !a.IsGlobalUnicast() || a.IsLoopback() || a.Is4In6() {
 			t.Errorf("HostAddresses returned %v", a)
 		}
+	}
+}
+
+func TestXDSMissingTokenSaysWhy(t *testing.T) {
+	noLeaks(t)
+	h := newXDSHarness(t, func(o *XDSOptions) { o.ControlPlane.TokenFile += ".missing" })
+	h.client.Start()
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(h.client.Stats().LastError, "read token") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no token error: %+v", h.client.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(h.client.Stats().LastError, "Unauthenticated") {
+		t.Errorf("last error %q does not say Unauthenticated", h.client.Stats().LastError)
+	}
+	select {
+	case st := <-h.ads.streams:
+		t.Fatalf("a stream reached the server without a token: %v", st.md)
+	default:
 	}
 }
