@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -184,14 +185,21 @@ func parseChain(chain []string, key *ecdsa.PrivateKey, identity string, now time
 		certs = append(certs, parsed)
 	}
 	leaf := certs[0][0]
+	rootCerts := certs[len(certs)-1]
+	roots := x509.NewCertPool()
+	for _, r := range rootCerts {
+		roots.AddCert(r)
+	}
+	// Istio's CA with a plugged-in intermediate repeats the root at the end
+	// of the intermediates' element; a peer has the root already, so it is
+	// left out of the chain we present, as is a certificate sent twice.
 	var intermediates []*x509.Certificate
 	for _, elem := range certs[:len(certs)-1] {
-		intermediates = append(intermediates, elem...)
-	}
-	intermediates = intermediates[1:]
-	roots := x509.NewCertPool()
-	for _, r := range certs[len(certs)-1] {
-		roots.AddCert(r)
+		for _, c := range elem {
+			if c != leaf && !slices.ContainsFunc(rootCerts, c.Equal) && !slices.ContainsFunc(intermediates, c.Equal) {
+				intermediates = append(intermediates, c)
+			}
+		}
 	}
 
 	pub, ok := leaf.PublicKey.(*ecdsa.PublicKey)

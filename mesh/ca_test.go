@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -536,7 +537,8 @@ func TestCertManagerCloseWithCADown(t *testing.T) {
 }
 
 // An element may hold more than one certificate: the leaf with its
-// intermediate in one, several roots in the last (a root rotation).
+// intermediate in one, the intermediate and the root in the next (a
+// plugged-in CA chain), several roots in the last (a root rotation).
 func TestParseChainElementsWithSeveralCertificates(t *testing.T) {
 	p := newTestPKI(t)
 	other := newTestPKI(t)
@@ -544,14 +546,15 @@ func TestParseChainElementsWithSeveralCertificates(t *testing.T) {
 	leaf := p.issue(t, &x509.Certificate{URIs: mustURIs(t, testIdentity)}, p.inter, p.interKey, &key.PublicKey, nil, time.Hour)
 	chain := []string{
 		string(pemCert(leaf)) + string(pemCert(p.inter)),
+		string(pemCert(p.inter)) + string(pemCert(p.root)), // as Istio's CA sends a plugged-in chain
 		string(pemCert(other.root)) + string(pemCert(p.root)),
 	}
 	cert, err := parseChain(chain, key, testIdentity, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cert.TLS.Certificate) != 2 {
-		t.Errorf("tls chain of %d, want leaf and intermediate", len(cert.TLS.Certificate))
+	if len(cert.TLS.Certificate) != 2 || !bytes.Equal(cert.TLS.Certificate[1], p.inter.Raw) {
+		t.Errorf("tls chain of %d, want the leaf and the intermediate once, without the root", len(cert.TLS.Certificate))
 	}
 	otherLeaf := other.issue(t, &x509.Certificate{}, other.root, other.rootKey, &key.PublicKey, nil, time.Hour)
 	if _, err := otherLeaf.Verify(x509.VerifyOptions{Roots: cert.Roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
