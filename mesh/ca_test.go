@@ -580,3 +580,35 @@ func mustURIs(t *testing.T, s ...string) []*url.URL {
 	}
 	return out
 }
+
+// The expiry is announced when it happens, not at the next retry.
+func TestCertManagerAnnouncesExpiryBetweenRetries(t *testing.T) {
+	noLeaks(t)
+	p := newTestPKI(t)
+	ca, addr := startCA(t, p)
+	opts := testCAOptions(t, p, addr)
+	opts.CertTTL = 2 * time.Second
+	// Retries at least 20 s apart: longer than the wait below, so only the
+	// expiry can wake the subscriber.
+	opts.MinBackoff, opts.MaxBackoff = 40*time.Second, 40*time.Second
+	m := newTestCertManager(t, opts)
+	updates, cancel := m.Subscribe()
+	defer cancel()
+	m.Start()
+	waitSignal(t, updates, "first certificate")
+	first := ca.next(t)
+	ca.setFail(status.Error(codes.Unavailable, "ca is down"))
+	if call := ca.next(t); !call.failed {
+		t.Fatal("renewal did not fail")
+	}
+	waitSignal(t, updates, "expiry")
+	if time.Now().Before(first.leaf.NotAfter) {
+		t.Fatal("announced before the expiry")
+	}
+	if cert, _, _ := m.Current(); cert != nil {
+		t.Fatal("Current returns the expired certificate")
+	}
+	if s := m.Stats(); s.RenewalFailures != 1 || !s.NextAttempt.After(first.leaf.NotAfter) {
+		t.Errorf("stats %+v", s)
+	}
+}

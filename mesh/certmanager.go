@@ -192,26 +192,17 @@ func (m *CertManager) run(ctx context.Context) {
 	defer close(m.done)
 	b := newBackoff(m.bcfg)
 	var wait time.Duration // the first request goes out at once
-	expiredLogged := false
+	var announced *Certificate
 	for {
-		m.mu.Lock()
-		m.stats.NextAttempt = m.now().Add(wait)
-		m.mu.Unlock()
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !m.sleep(ctx, wait, &announced) {
 			return
-		case <-t.C:
 		}
-
 		cert, err := m.client.Fetch(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
 			b.reset()
-			expiredLogged = false
 			wait = max(jitter(cert.NotAfter.Sub(m.now())/2, renewJitter), minRenewDelay)
 			m.install(cert)
 			m.log.Info("mesh: certificate issued", "identity", cert.Identity,
@@ -229,28 +220,58 @@ func (m *CertManager) run(ctx context.Context) {
 			m.log.Warn("mesh: certificate renewal failed; keeping the current certificate until it expires",
 				"error", err.Error(), "expiry", held.NotAfter.UTC().Format(time.RFC3339),
 				"retry_in", wait.Round(time.Millisecond).String())
-		case !expiredLogged:
-			expiredLogged = true
-			m.log.Error("mesh: certificate expired and renewal keeps failing; no certificate in force",
+		default:
+			m.log.Error("mesh: certificate expired and renewal failed; no certificate in force",
 				"error", err.Error(), "expired", held.NotAfter.UTC().Format(time.RFC3339),
 				"retry_in", wait.Round(time.Millisecond).String())
-			m.notify() // Current changed: it no longer returns the expired certificate
+		}
+	}
+}
+
+// sleep waits d, or less if ctx ends (then it returns false). When the
+// certificate held expires before or during the wait, it says so once per
+// certificate (*announced remembers which) and tells the subscribers, as
+// Current no longer returns it.
+func (m *CertManager) sleep(ctx context.Context, d time.Duration, announced **Certificate) bool {
+	m.mu.Lock()
+	m.stats.NextAttempt = m.now().Add(d)
+	held := m.cert
+	m.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var expiry <-chan time.Time
+	if held != nil && held != *announced {
+		e := time.NewTimer(held.NotAfter.Sub(m.now())) // fires at once if already past
+		defer e.Stop()
+		expiry = e.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-expiry:
+			expiry = nil
+			*announced = held
+			m.log.Error("mesh: certificate expired; no certificate in force until the CA issues one",
+				"identity", held.Identity, "expired", held.NotAfter.UTC().Format(time.RFC3339))
+			m.notify()
 		}
 	}
 }
 
 func (m *CertManager) install(cert *Certificate) {
 	m.mu.Lock()
-	first := m.cert == nil
+	defer m.mu.Unlock()
+	if m.cert == nil {
+		close(m.ready) // before the subscribers hear of it
+	}
 	m.cert = cert
 	m.stats.Expiry = cert.NotAfter
 	m.stats.Renewals++
 	m.stats.LastError = ""
 	m.notifyLocked()
-	m.mu.Unlock()
-	if first {
-		close(m.ready)
-	}
 }
 
 // fail records a failed request and returns the certificate still held.

@@ -38,12 +38,13 @@
 // goroutine, closes the connection and every Subscribe channel;
 // idempotent). A failed request is retried after an exponential delay
 // with jitter (MinBackoff doubling to MaxBackoff, each delay drawn from
-// [d/2, d]); meanwhile the old certificate stays in
-// force and each failure is logged with its expiry. Once it expires,
-// Current returns no certificate (subscribers are told) until a request
-// succeeds. Stats gives the expiry, the next attempt, the last error and
-// the renewals by result. CertManager is a CertSource, the interface the
-// HBONE side consumes: Current and Subscribe.
+// [d/2, d]); meanwhile the old certificate stays in force and each
+// failure is logged with its expiry. Once it expires, Current returns no
+// certificate (the log and the subscribers are told at that moment, not
+// at the next retry) until a request succeeds. Stats gives the expiry, the
+// next attempt, the last error and the renewals by result. CertManager is
+// a CertSource, the interface the HBONE side consumes: Current and
+// Subscribe.
 //
 // # Workloads and policies
 //
