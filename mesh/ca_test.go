@@ -612,3 +612,34 @@ func TestCertManagerAnnouncesExpiryBetweenRetries(t *testing.T) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// The root file is read again for a new connection: a rotated root is
+// trusted without a new client.
+func TestCARootFileRotation(t *testing.T) {
+	noLeaks(t)
+	trusted, serving := newTestPKI(t), newTestPKI(t)
+	ca, addr := startCA(t, serving)
+	opts := testCAOptions(t, trusted, addr)
+	c := newTestCAClient(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := c.Fetch(ctx); err == nil || !strings.Contains(err.Error(), "control plane certificate") {
+		t.Fatalf("Fetch from a server of an untrusted root = %v", err)
+	}
+
+	writeFile(t, opts.ControlPlane.RootCert, string(pemCert(serving.root)))
+	// gRPC waits out its reconnect backoff (here at most a few hundred
+	// milliseconds) before the next handshake; calls fail fast meanwhile.
+	var err error
+	deadline := time.Now().Add(waitFor)
+	for {
+		if _, err = c.Fetch(ctx); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("Fetch after the root rotation: %v", err)
+	}
+	ca.next(t)
+}

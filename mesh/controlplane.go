@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -26,7 +28,10 @@ type ControlPlane struct {
 	// "istiod.istio-system.svc:15012".
 	Address string
 	// RootCert is a PEM file holding the roots that verify istiod's serving
-	// certificate. It is read once, when the client is made.
+	// certificate. It must be readable when the client is made, and it is
+	// read again for each new connection, so a rotated root needs no
+	// restart (a broken file fails that connection; the old roots are not
+	// used for it).
 	RootCert string
 	// ServerName is the name istiod's serving certificate must carry (and
 	// the TLS SNI). Empty: the host of Address.
@@ -103,18 +108,19 @@ func (cp *ControlPlane) check(what string) error {
 // first call). backoff bounds gRPC's own reconnection delays, so a server
 // that comes back is found as quickly as the caller's retry loop expects.
 func dial(cp ControlPlane, b backoffConfig) (*grpc.ClientConn, error) {
-	pemData, err := os.ReadFile(cp.RootCert)
+	roots, err := newRootFile(cp.RootCert)
 	if err != nil {
-		return nil, fmt.Errorf("read root certificate: %w", err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pemData) {
-		return nil, fmt.Errorf("root certificate %s: no PEM certificate in it", cp.RootCert)
+		return nil, err
 	}
 	tlsConf := &tls.Config{
-		RootCAs:    roots,
 		ServerName: cp.ServerName,
 		MinVersion: tls.VersionTLS12,
+		// The chain is verified in VerifyConnection instead, against the
+		// root file as it is at this handshake, so a rotated root is used
+		// without a restart. Nothing else is skipped: the checks are those
+		// of the default verification (chain, server auth usage, name).
+		InsecureSkipVerify: true,
+		VerifyConnection:   roots.verify(cp.ServerName),
 	}
 	conn, err := grpc.NewClient(cp.Address,
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)),
@@ -182,4 +188,68 @@ func readToken(file string) (string, error) {
 		return "", errors.New("token file " + file + " holds more than one token")
 	}
 	return token, nil
+}
+
+// rootFile is the root certificate file, read at each handshake (one per
+// connection to istiod, so rare) and parsed again when its content changed.
+type rootFile struct {
+	path string
+
+	mu   sync.Mutex
+	raw  []byte
+	pool *x509.CertPool
+}
+
+func newRootFile(path string) (*rootFile, error) {
+	r := &rootFile{path: path}
+	if _, err := r.current(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// current returns the roots as the file holds them now.
+func (r *rootFile) current() (*x509.CertPool, error) {
+	pemData, err := os.ReadFile(r.path)
+	if err != nil {
+		return nil, fmt.Errorf("read root certificate: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pool != nil && bytes.Equal(pemData, r.raw) {
+		return r.pool, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemData) {
+		return nil, fmt.Errorf("root certificate %s: no PEM certificate in it", r.path)
+	}
+	r.raw, r.pool = pemData, pool
+	return pool, nil
+}
+
+// verify checks the server's chain against the current roots and name.
+func (r *rootFile) verify(serverName string) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("tls: the control plane sent no certificate")
+		}
+		roots, err := r.current()
+		if err != nil {
+			return err
+		}
+		inter := x509.NewCertPool()
+		for _, c := range cs.PeerCertificates[1:] {
+			inter.AddCert(c)
+		}
+		_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+			DNSName:       serverName,
+			Roots:         roots,
+			Intermediates: inter,
+			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		})
+		if err != nil {
+			return fmt.Errorf("tls: control plane certificate: %w", err)
+		}
+		return nil
+	}
 }

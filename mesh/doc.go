@@ -8,7 +8,7 @@
 //
 // Both clients dial a ControlPlane: gRPC over TLS (1.2 or later), istiod's
 // serving certificate verified against the roots of the RootCert file
-// (read once, when the client is made) and ServerName (default: the host
+// (read again for each new connection) and ServerName (default: the host
 // of Address). Every call (for ADS: every stream) carries
 //
 //	authorization: Bearer <the token file's content, read again for this call>
