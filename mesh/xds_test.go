@@ -347,8 +347,10 @@ func TestXDSNodeSubscribeAndACK(t *testing.T) {
 
 func TestXDSNACKsBadResourcesAndAppliesTheRest(t *testing.T) {
 	noLeaks(t)
+	seen := make(chan Resource, 64) // what the hook was asked, in order
 	h := newXDSHarness(t, func(o *XDSOptions) {
 		o.Validate = func(r Resource) error {
+			seen <- r
 			if r.Name == "vetoed" {
 				return errors.New("the hook says no")
 			}
@@ -363,6 +365,10 @@ func TestXDSNACKsBadResourcesAndAppliesTheRest(t *testing.T) {
 		workloadRes(t, "kept", "v1", "10.1.0.1"),
 	}})
 	h.snapshot(t)
+	r := <-seen
+	if w, ok := r.Message.(*workloadapi.Address); r.TypeURL != AddressType || r.Name != "kept" || r.Version != "v1" || !ok || w.GetWorkload().GetName() != "kept" {
+		t.Fatalf("the hook was asked about %+v", r)
+	}
 
 	wrongType := policyRes(t, "ns/p")
 	wrongType.Name = "wrong-type"
@@ -378,6 +384,10 @@ func TestXDSNACKsBadResourcesAndAppliesTheRest(t *testing.T) {
 	detail := ack.GetErrorDetail()
 	if detail == nil {
 		t.Fatal("bad resources were ACKed")
+	}
+	// Only the decoded resources reach the hook.
+	if a, b := <-seen, <-seen; a.Name != "good" || b.Name != "vetoed" || len(seen) != 0 {
+		t.Errorf("the hook was asked about %q, %q and %d more", a.Name, b.Name, len(seen))
 	}
 	for _, want := range []string{"garbage: ", "wrong-type: body of type", "empty: address holds neither", "nobody: resource without a body", "vetoed: the hook says no", "kept: "} {
 		if !strings.Contains(detail.GetMessage(), want) {
