@@ -1,0 +1,178 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+	"istio.io/istio/pkg/workloadapi"
+	"istio.io/istio/pkg/workloadapi/security"
+)
+
+// Resource is one decoded resource of a response, as Validate sees it.
+type Resource struct {
+	TypeURL string
+	Name    string
+	Version string
+	// Message is a *workloadapi.Address or a *security.Authorization.
+	Message proto.Message
+}
+
+// Snapshot is the whole state after one applied response: every Address
+// and Authorization held, by resource name. The maps and messages are
+// shared with later snapshots and must not be modified.
+type Snapshot struct {
+	Addresses      map[string]*workloadapi.Address
+	Authorizations map[string]*security.Authorization
+	// AddressesReady and AuthorizationsReady are true once the first
+	// response of the type has been applied.
+	AddressesReady, AuthorizationsReady bool
+	// Generation counts the applied responses that changed the state.
+	Generation uint64
+}
+
+// Ready is true once both types have had their first response.
+func (s Snapshot) Ready() bool { return s.AddressesReady && s.AuthorizationsReady }
+
+type entry struct {
+	version string
+	msg     proto.Message
+}
+
+// store holds the resources by type and name, with the version each came
+// with (for initial_resource_versions). Its maps are copied on write, so a
+// Snapshot taken from it never changes. The XDSClient's mutex guards it.
+type store struct {
+	byType     map[string]map[string]entry
+	ready      map[string]bool
+	generation uint64
+
+	addresses      map[string]*workloadapi.Address
+	authorizations map[string]*security.Authorization
+}
+
+func newStore() *store {
+	s := &store{
+		byType:         map[string]map[string]entry{},
+		ready:          map[string]bool{},
+		addresses:      map[string]*workloadapi.Address{},
+		authorizations: map[string]*security.Authorization{},
+	}
+	for _, t := range subscribed {
+		s.byType[t] = map[string]entry{}
+	}
+	return s
+}
+
+// versions returns name → version of what is held of typ.
+func (s *store) versions(typ string) map[string]string {
+	out := make(map[string]string, len(s.byType[typ]))
+	for name, e := range s.byType[typ] {
+		out[name] = e.version
+	}
+	return out
+}
+
+func (s *store) count(typ string) int { return len(s.byType[typ]) }
+
+// apply removes, then adds or replaces, and reports whether anything
+// changed.
+func (s *store) apply(typ string, accepted map[string]entry, removed []string) bool {
+	old := s.byType[typ]
+	changed := len(accepted) > 0
+	for _, name := range removed {
+		if _, ok := old[name]; ok {
+			changed = true
+			break
+		}
+	}
+	if !changed {
+		return false
+	}
+	next := maps.Clone(old)
+	for _, name := range removed {
+		delete(next, name)
+	}
+	maps.Copy(next, accepted)
+	s.byType[typ] = next
+	s.generation++
+	switch typ {
+	case AddressType:
+		m := make(map[string]*workloadapi.Address, len(next))
+		for name, e := range next {
+			m[name] = e.msg.(*workloadapi.Address)
+		}
+		s.addresses = m
+	case AuthorizationType:
+		m := make(map[string]*security.Authorization, len(next))
+		for name, e := range next {
+			m[name] = e.msg.(*security.Authorization)
+		}
+		s.authorizations = m
+	}
+	return true
+}
+
+func (s *store) snapshot() Snapshot {
+	return Snapshot{
+		Addresses:           s.addresses,
+		Authorizations:      s.authorizations,
+		AddressesReady:      s.ready[AddressType],
+		AuthorizationsReady: s.ready[AuthorizationType],
+		Generation:          s.generation,
+	}
+}
+
+// decode turns the resources of one response into entries; each one that
+// cannot be used gives a reason instead ("name: why").
+func (c *XDSClient) decode(typ string, resources []*discovery.Resource) (map[string]entry, []string) {
+	accepted := map[string]entry{}
+	var rejected []string
+	for i, r := range resources {
+		msg, err := decodeResource(typ, r)
+		if err == nil && c.validate != nil {
+			err = c.validate(Resource{TypeURL: typ, Name: r.GetName(), Version: r.GetVersion(), Message: msg})
+		}
+		if err != nil {
+			name := r.GetName()
+			if name == "" {
+				name = fmt.Sprintf("#%d", i)
+			}
+			rejected = append(rejected, name+": "+err.Error())
+			continue
+		}
+		accepted[r.GetName()] = entry{version: r.GetVersion(), msg: msg}
+	}
+	return accepted, rejected
+}
+
+func decodeResource(typ string, r *discovery.Resource) (proto.Message, error) {
+	if r.GetName() == "" {
+		return nil, errors.New("resource without a name")
+	}
+	body := r.GetResource()
+	if body == nil {
+		return nil, errors.New("resource without a body")
+	}
+	if body.GetTypeUrl() != typ {
+		return nil, fmt.Errorf("body of type %q in a response of type %q", body.GetTypeUrl(), typ)
+	}
+	var msg proto.Message
+	switch typ {
+	case AddressType:
+		msg = &workloadapi.Address{}
+	case AuthorizationType:
+		msg = &security.Authorization{}
+	default:
+		return nil, fmt.Errorf("type %q was not subscribed to", typ)
+	}
+	if err := proto.Unmarshal(body.GetValue(), msg); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", typ, err)
+	}
+	if a, ok := msg.(*workloadapi.Address); ok && a.GetType() == nil {
+		return nil, errors.New("address holds neither a workload nor a service")
+	}
+	return msg, nil
+}

@@ -1,0 +1,385 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// The two types meshtun subscribes to, both as wildcards.
+const (
+	AddressType       = "type.googleapis.com/istio.workload.Address"
+	AuthorizationType = "type.googleapis.com/istio.security.Authorization"
+)
+
+// subscribed is the order of the initial requests on each stream.
+var subscribed = []string{AddressType, AuthorizationType}
+
+// XDSOptions configure an XDSClient.
+type XDSOptions struct {
+	// ControlPlane is istiod's xDS endpoint.
+	ControlPlane ControlPlane
+	// Node is this gateway's node id and metadata.
+	Node Node
+	// Validate, if set, is asked about each decoded resource; an error
+	// rejects that resource alone (it is NACKed with the error; a previous
+	// version of it stays in force). It runs on the client's goroutine.
+	Validate func(Resource) error
+	// OnUpdate, if set, receives the state after each response that changed
+	// it (and after the first of each type). Calls are serial, on the
+	// client's goroutine, before the response is ACKed: a slow OnUpdate holds
+	// the stream back, it never races another call. It may read the
+	// client's Snapshot and Stats but must not call Close (Close waits for
+	// the goroutine OnUpdate runs on).
+	OnUpdate func(Snapshot)
+	// MinBackoff and MaxBackoff bound the reconnection delays (defaults
+	// 100 ms and 30 s).
+	MinBackoff, MaxBackoff time.Duration
+	// Logger receives the client's log lines; nil discards them.
+	Logger Logger
+}
+
+// XDSStats is the client's state for metrics and /config_dump.
+type XDSStats struct {
+	// Connected is true while a stream is open and has delivered a response.
+	Connected bool
+	// Reconnects counts streams opened after the first.
+	Reconnects uint64
+	// LastError is why the last stream ended ("" before any ended).
+	LastError string
+	// UnknownTypeNACKs counts responses of a type we did not ask for.
+	UnknownTypeNACKs uint64
+	// Types holds one entry per subscribed type URL.
+	Types map[string]TypeStats
+}
+
+// TypeStats is the state of one subscribed type.
+type TypeStats struct {
+	// Resources is how many resources of the type are held.
+	Resources int
+	// Updates counts responses applied (wholly or in part).
+	Updates uint64
+	// NACKs counts responses with at least one rejected resource.
+	NACKs uint64
+	// Ready is true once the first response of the type was applied.
+	Ready bool
+}
+
+// XDSClient holds one delta ADS stream to istiod, subscribed to Address and
+// Authorization, and the resources it delivered.
+type XDSClient struct {
+	conn     *grpc.ClientConn
+	ads      discovery.AggregatedDiscoveryServiceClient
+	node     Node
+	validate func(Resource) error
+	onUpdate func(Snapshot)
+	log      Logger
+	bcfg     backoffConfig
+
+	ready     chan struct{}
+	startOnce sync.Once
+	closeOnce sync.Once
+	closeErr  error
+	cancel    context.CancelFunc
+	done      chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	store  *store
+	stats  XDSStats
+}
+
+// NewXDSClient checks opts and makes the client; it does not connect until
+// Start.
+func NewXDSClient(opts XDSOptions) (*XDSClient, error) {
+	if err := opts.ControlPlane.check("xds"); err != nil {
+		return nil, err
+	}
+	if opts.Node.ClusterID == "" {
+		opts.Node.ClusterID = opts.ControlPlane.ClusterID
+	}
+	if err := opts.Node.check(); err != nil {
+		return nil, err
+	}
+	bcfg := newBackoffConfig(opts.MinBackoff, opts.MaxBackoff)
+	conn, err := dial(opts.ControlPlane, bcfg)
+	if err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
+	}
+	stats := XDSStats{Types: map[string]TypeStats{}}
+	for _, t := range subscribed {
+		stats.Types[t] = TypeStats{}
+	}
+	return &XDSClient{
+		conn:     conn,
+		ads:      discovery.NewAggregatedDiscoveryServiceClient(conn),
+		node:     opts.Node,
+		validate: opts.Validate,
+		onUpdate: opts.OnUpdate,
+		log:      orNop(opts.Logger),
+		bcfg:     bcfg,
+		ready:    make(chan struct{}),
+		done:     make(chan struct{}),
+		store:    newStore(),
+		stats:    stats,
+	}, nil
+}
+
+// NodeID is the node id the client sends.
+func (c *XDSClient) NodeID() string { return c.node.ID() }
+
+// Start opens the stream in a goroutine Close ends, and keeps it open,
+// reconnecting with backoff. It returns at once.
+func (c *XDSClient) Start() {
+	c.startOnce.Do(func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			cancel()
+			close(c.done)
+			return
+		}
+		c.cancel = cancel
+		c.mu.Unlock()
+		go c.run(ctx)
+	})
+}
+
+// Close ends the stream, waits for the client's goroutine and closes the
+// connection. Idempotent; safe without Start.
+func (c *XDSClient) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		cancel := c.cancel
+		c.mu.Unlock()
+		if cancel != nil {
+			cancel()
+			<-c.done
+		}
+		c.closeErr = c.conn.Close()
+	})
+	return c.closeErr
+}
+
+// Ready is closed once the first response of each subscribed type has been
+// applied.
+func (c *XDSClient) Ready() <-chan struct{} { return c.ready }
+
+// Snapshot returns the resources held now.
+func (c *XDSClient) Snapshot() Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.store.snapshot()
+}
+
+// Stats returns a copy of the client's state.
+func (c *XDSClient) Stats() XDSStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.stats
+	s.Types = make(map[string]TypeStats, len(c.stats.Types))
+	for k, v := range c.stats.Types {
+		s.Types[k] = v
+	}
+	return s
+}
+
+func (c *XDSClient) run(ctx context.Context) {
+	defer close(c.done)
+	b := newBackoff(c.bcfg)
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			c.mu.Lock()
+			c.stats.Reconnects++
+			c.mu.Unlock()
+		}
+		delivered, err := c.stream(ctx)
+		c.mu.Lock()
+		c.stats.Connected = false
+		if err != nil && ctx.Err() == nil {
+			c.stats.LastError = err.Error()
+		}
+		c.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		if delivered {
+			// The stream worked; it ended for a reason of its own (istiod's
+			// maximum connection age, a restart). Come back quickly.
+			b.reset()
+		}
+		wait := b.next()
+		c.log.Warn("mesh: xds stream ended; reconnecting", "error", errString(err), "retry_in", wait.Round(time.Millisecond).String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "closed by the server"
+	}
+	return err.Error()
+}
+
+// stream runs one stream until it fails; delivered says whether it
+// brought at least one response.
+func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return false, fmt.Errorf("open stream: %w", err)
+	}
+	node := c.node.proto()
+	for _, typ := range subscribed {
+		c.mu.Lock()
+		versions := c.store.versions(typ)
+		c.mu.Unlock()
+		req := &discovery.DeltaDiscoveryRequest{
+			Node:                    node,
+			TypeUrl:                 typ,
+			InitialResourceVersions: versions,
+		}
+		if err := st.Send(req); err != nil {
+			return false, sendError(st, "subscribe", err)
+		}
+		c.log.Debug("mesh: xds subscribed", "type", typ, "initial_resources", len(versions))
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return delivered, nil
+			}
+			return delivered, fmt.Errorf("receive: %w", err)
+		}
+		if !delivered {
+			delivered = true
+			c.mu.Lock()
+			c.stats.Connected = true
+			c.mu.Unlock()
+			c.log.Info("mesh: xds connected", "address", c.conn.Target(), "node", c.node.ID())
+		}
+		if err := st.Send(c.handle(resp)); err != nil {
+			return delivered, sendError(st, "ack", err)
+		}
+	}
+}
+
+// sendError turns the io.EOF of a Send on a broken stream into the
+// stream's real status, which only Recv reports.
+func sendError(st discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient, what string, err error) error {
+	if errors.Is(err, io.EOF) {
+		for range maxDrainOnSendError {
+			if _, rerr := st.Recv(); rerr != nil {
+				return fmt.Errorf("%s: %w", what, rerr)
+			}
+		}
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// maxDrainOnSendError bounds how many responses sendError reads past to
+// find the stream's status; after a failed Send they are useless anyway.
+const maxDrainOnSendError = 16
+
+// maxNACKReasons bounds the error_detail of one NACK: istiod logs it and
+// keeps it per proxy, and a push with thousands of bad resources should not
+// become a message of megabytes. The count of the rest is still given.
+const maxNACKReasons = 20
+
+// handle applies one response and returns its ACK or NACK.
+func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.DeltaDiscoveryRequest {
+	typ := resp.GetTypeUrl()
+	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}
+	if !isSubscribed(typ) {
+		c.mu.Lock()
+		c.stats.UnknownTypeNACKs++
+		c.mu.Unlock()
+		msg := fmt.Sprintf("type %q was not subscribed to", typ)
+		c.log.Warn("mesh: xds NACK", "type", typ, "nonce", resp.GetNonce(), "error", msg)
+		ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}
+		return ack
+	}
+
+	accepted, rejected := c.decode(typ, resp.GetResources())
+
+	c.mu.Lock()
+	changed := c.store.apply(typ, accepted, resp.GetRemovedResources())
+	ts := c.stats.Types[typ]
+	firstOfType := !ts.Ready
+	ts.Ready = true
+	ts.Updates++
+	if len(rejected) > 0 {
+		ts.NACKs++
+	}
+	ts.Resources = c.store.count(typ)
+	c.stats.Types[typ] = ts
+	allReady := true
+	for _, t := range subscribed {
+		allReady = allReady && c.stats.Types[t].Ready
+	}
+	c.store.ready[typ] = true
+	var snap Snapshot
+	notify := c.onUpdate != nil && (changed || firstOfType)
+	if notify {
+		snap = c.store.snapshot()
+	}
+	c.mu.Unlock()
+
+	if notify {
+		c.onUpdate(snap)
+	}
+	if firstOfType && allReady {
+		close(c.ready)
+	}
+
+	c.log.Debug("mesh: xds applied", "type", typ, "nonce", resp.GetNonce(),
+		"updated", len(accepted), "removed", len(resp.GetRemovedResources()), "rejected", len(rejected))
+	if len(rejected) > 0 {
+		msg := nackMessage(rejected)
+		c.log.Warn("mesh: xds NACK", "type", typ, "nonce", resp.GetNonce(), "rejected", len(rejected), "error", msg)
+		ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}
+	}
+	return ack
+}
+
+func nackMessage(rejected []string) string {
+	msg := ""
+	for i, r := range rejected {
+		if i == maxNACKReasons {
+			msg += fmt.Sprintf("; and %d more", len(rejected)-i)
+			break
+		}
+		if i > 0 {
+			msg += "; "
+		}
+		msg += r
+	}
+	return msg
+}
+
+func isSubscribed(typ string) bool {
+	for _, t := range subscribed {
+		if t == typ {
+			return true
+		}
+	}
+	return false
+}
