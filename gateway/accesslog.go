@@ -15,9 +15,9 @@ const (
 	inbound  = "inbound"
 )
 
-// Response flags of the access log (Istio's response_flags label, with
-// hbone-wire.md's names): why a connection did not get through. "-" when
-// it did.
+// Response flags of the access log (Istio's response_flags label, named
+// as in docs/hbone.md, "Metrics and access log"): why a connection did not
+// get through. "-" when it did.
 const (
 	flagDeny    = "DENY"     // an authorization policy denied it (401)
 	flagNoRoute = "NO_ROUTE" // outbound: no service, workload or peer matches

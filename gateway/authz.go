@@ -11,7 +11,7 @@ import (
 )
 
 // Authorization of inbound connections: ztunnel's L4 model
-// (hbone-wire.md, "Authorization"; istio/ztunnel src/rbac.rs, read, not
+// (docs/hbone.md, "Authorization"; istio/ztunnel src/rbac.rs, read, not
 // copied).
 //
 // Evaluation: any matching DENY policy denies; else, when there is no

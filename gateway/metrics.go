@@ -240,7 +240,7 @@ type flowMetrics struct {
 	m      *metrics
 	labels tcpLabels  // as opened (response_flags "-")
 	open   *tcpSeries // the counters of labels
-	live   bool // the relay adds the bytes as they flow (relayCounters)
+	live   bool       // the relay adds the bytes as they flow (relayCounters)
 }
 
 // relayCounters hands the relay the byte counters of the flow's series, so
