@@ -31,8 +31,8 @@ type resetter interface {
 // relayBufSize is the copy buffer of one direction while data flows.
 // gVisor's segment size out of the stack follows the size of our writes
 // (docs/field-notes.md, "The offload mode": 256 KiB buffers gave ≈ 48 KB
-// segments, 32 KiB ≈ 16–28 KB), and HTTP/2 DATA frames are up to 1 MiB, so large buffers mean fewer,
-// larger writes. They are pooled and held only for one read and its write,
+// segments, 32 KiB ≈ 16–28 KB), and HTTP/2 DATA frames are up to 1 MiB,
+// so large buffers mean fewer, larger writes. They are pooled and held only for one read and its write,
 // never while a direction waits for data (see copyHalf).
 const relayBufSize = 256 << 10
 
