@@ -32,8 +32,9 @@ type resetter interface {
 // gVisor's segment size out of the stack follows the size of our writes
 // (docs/field-notes.md, "The offload mode": 256 KiB buffers gave ≈ 48 KB
 // segments, 32 KiB ≈ 16–28 KB), and HTTP/2 DATA frames are up to 1 MiB,
-// so large buffers mean fewer, larger writes. They are pooled and held only for one read and its write,
-// never while a direction waits for data (see copyHalf).
+// so large buffers mean fewer, larger writes. They are pooled and held
+// only for one read and its write, never while a direction waits for data
+// (see copyHalf).
 const relayBufSize = 256 << 10
 
 // relaySmallSize is the buffer a direction holds while it waits on a
