@@ -76,7 +76,7 @@ func TestClientIdleStreamsHoldNothing(t *testing.T) {
 func TestClientWindowUpdates(t *testing.T) {
 	_, _, s, c, id := clientFrameStream(t)
 	const frame = 1 << 20
-	const total = 3 * poolStreamWindow // three stream windows
+	const total = 3 * h2StreamWindow // three stream windows
 	readErr := make(chan error, 1)
 	go func() {
 		n, err := io.Copy(io.Discard, s)
@@ -87,7 +87,7 @@ func TestClientWindowUpdates(t *testing.T) {
 	}()
 	// Send within the stream window as the peer sees it, waiting for
 	// the client's WINDOW_UPDATEs to send more.
-	window := int64(poolStreamWindow)
+	window := int64(h2StreamWindow)
 	payload := make([]byte, frame)
 	for sent := int64(0); sent < total; {
 		for window < frame {
@@ -141,11 +141,11 @@ func TestClientStreamIDsRunOut(t *testing.T) {
 	clientRecv(t, c1.streams, "the first stream")
 	cc := s1.c
 	cc.mu.Lock()
-	cc.nextID = clientMaxStreamID // the last odd ID
+	cc.nextID = h2MaxStreamID // the last odd ID
 	cc.mu.Unlock()
 	clientConnect(t, pool, peer.addr)
-	if id := clientRecv(t, c1.streams, "the last stream ID"); id != clientMaxStreamID {
-		t.Fatalf("stream %d, want %d", id, clientMaxStreamID)
+	if id := clientRecv(t, c1.streams, "the last stream ID"); id != h2MaxStreamID {
+		t.Fatalf("stream %d, want %d", id, h2MaxStreamID)
 	}
 	clientConnect(t, pool, peer.addr)
 	c2 := peer.nextConn(t)
@@ -294,15 +294,19 @@ func TestClientFirstFrameNotSettings(t *testing.T) {
 	c := newClientConn(a, newBatchConn(a), hclog.NewNullLogger(), func() {}, time.Hour, time.Hour)
 	go io.Copy(io.Discard, b)
 	errc := make(chan error, 1)
-	go func() { errc <- c.start() }()
+	c.start()
+	go func() { c.serve(); errc <- nil }()
 	fr := http2.NewFramer(b, nil)
 	fr.WritePing(false, [8]byte{})
 	clientRecv(t, c.settingsDone, "the client to give up on SETTINGS")
-	if c.settingsErr == nil {
+	c.mu.Lock()
+	settingsErr := c.settingsErr
+	c.mu.Unlock()
+	if settingsErr == nil {
 		t.Fatal("a PING as the first frame was accepted")
 	}
-	clientRecv(t, c.readerDone, "the reader to stop")
-	clientRecv(t, errc, "start")
+	clientRecv(t, c.done, "the reader to stop")
+	clientRecv(t, errc, "serve")
 }
 
 // FuzzClientFrames feeds arbitrary frames, after a valid SETTINGS, to a
@@ -348,25 +352,24 @@ func FuzzClientFrames(f *testing.F) {
 			defer close(drained)
 			io.Copy(io.Discard, b)
 		}()
-		go c.start()
+		c.start()
+		go c.serve()
 		var first bytes.Buffer
 		http2.NewFramer(&first, nil).WriteSettings()
 		if _, err := b.Write(first.Bytes()); err != nil {
 			t.Fatal(err)
 		}
 		clientRecv(t, c.settingsDone, "SETTINGS applied")
-		if err := c.Reserve(); err != nil {
+		if err := c.reserve(); err != nil {
 			t.Fatal(err)
 		}
-		pc := &poolConn{cc: c}
-		p := &Pool{} // release is not reached: the stream is only read
-		s, err := c.startStream(p, pc, []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":authority", Value: "10.0.0.1:80"}})
-		if err != nil {
+		s := &ClientStream{pc: &poolConn{cc: c}} // no onRelease: the stream is only read
+		if err := c.openStream(&s.h2Stream, []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":authority", Value: "10.0.0.1:80"}}); err != nil {
 			t.Fatal(err)
 		}
 		b.Write(frames) // fails once the client gave up on the connection
 		b.Close()
-		clientRecv(t, c.readerDone, "the reader to stop")
+		clientRecv(t, c.done, "the reader to stop")
 		readDone := make(chan struct{})
 		go func() {
 			defer close(readDone)
@@ -378,7 +381,7 @@ func FuzzClientFrames(f *testing.F) {
 			}
 		}()
 		clientRecv(t, readDone, "the stream's Read to end")
-		c.Close()
+		c.close()
 		clientRecv(t, drained, "the connection to close")
 	})
 }

@@ -8,7 +8,7 @@ package hbone
 //  2. A connection carries at most pc.maxStreams streams at once:
 //     min(PoolOptions.MaxStreamsPerConn, the peer's initial
 //     SETTINGS_MAX_CONCURRENT_STREAMS). pc.inflight counts them; a slot is
-//     taken (inflight++ and clientConn.Reserve) under p.mu before the
+//     taken (inflight++ and h2Conn.reserve) under p.mu before the
 //     request is sent, and given back exactly once when the stream ends.
 //     Reserve also enforces any later, lower peer limit.
 //  3. A connection is offered to new streams only after the peer's first
@@ -44,6 +44,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -126,9 +127,12 @@ type PoolOptions struct {
 
 // PoolStats is a snapshot of a Pool's counters.
 type PoolStats struct {
-	ConnsOpened uint64 // connections set up successfully since NewPool
-	ConnsOpen   int    // connections currently held, draining ones included
-	StreamsOpen int    // streams currently open (or being opened) on them
+	ConnsOpened   uint64 // connections set up successfully since NewPool
+	ConnsOpen     int    // connections currently held, draining ones included
+	StreamsOpen   int    // streams currently open (or being opened) on them
+	DialsFailed   uint64 // connection attempts that failed (TCP, TLS, or the peer's first SETTINGS)
+	StreamsOpened uint64 // CONNECT streams that got 200
+	StreamsFailed uint64 // CONNECTs that got another status, a reset, or no answer
 }
 
 // Pool carries HBONE flows over shared HTTP/2 connections, one CONNECT
@@ -144,10 +148,13 @@ type Pool struct {
 	closeMu  sync.Mutex // serializes Close
 	closeErr error
 
-	mu     sync.Mutex
-	closed bool
-	keys   map[poolKey]*poolEntry
-	opened uint64
+	streamsOpened, streamsFailed atomic.Uint64
+
+	mu          sync.Mutex
+	closed      bool
+	keys        map[poolKey]*poolEntry
+	opened      uint64
+	dialsFailed uint64
 }
 
 // poolKey is invariant 1's key. ids is the sorted expected identities
@@ -178,7 +185,7 @@ type poolDial struct {
 // by Pool.mu.
 type poolConn struct {
 	key        poolKey
-	cc         *clientConn
+	cc         *h2Conn
 	peerID     string
 	maxStreams int
 	readerDone <-chan struct{} // closed when the connection's reader stopped
@@ -337,9 +344,9 @@ func (p *Pool) takeSlotLocked(e *poolEntry) *poolConn {
 		if pc.inflight >= pc.maxStreams {
 			continue
 		}
-		// Reserve refuses after GOAWAY, on a failed or closing connection
+		// reserve refuses after GOAWAY, on a failed or closing connection
 		// and at a peer limit lowered after the first SETTINGS.
-		if pc.cc.Reserve() != nil {
+		if pc.cc.reserve() != nil {
 			continue
 		}
 		pc.inflight++
@@ -380,6 +387,9 @@ func (p *Pool) runDial(key poolKey, ids []string, d *poolDial) {
 	switch {
 	case err != nil:
 		d.err = err
+		if !p.closed { // not a dial that Close cut short
+			p.dialsFailed++
+		}
 	case p.closed:
 		d.err = ErrPoolClosed
 	default:
@@ -471,7 +481,7 @@ func (p *Pool) reap(now time.Time) time.Duration {
 
 // close closes the HTTP/2 connection; streams still on it fail.
 func (pc *poolConn) close() {
-	pc.cc.Close()
+	pc.cc.close()
 }
 
 // Close closes every connection (open streams fail), stops the pool's
@@ -510,7 +520,12 @@ func (p *Pool) Close() error {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := PoolStats{ConnsOpened: p.opened}
+	s := PoolStats{
+		ConnsOpened:   p.opened,
+		DialsFailed:   p.dialsFailed,
+		StreamsOpened: p.streamsOpened.Load(),
+		StreamsFailed: p.streamsFailed.Load(),
+	}
 	for _, e := range p.keys {
 		s.ConnsOpen += len(e.conns)
 		for _, pc := range e.conns {

@@ -257,7 +257,7 @@ func TestServerStreamWindowOverrun(t *testing.T) {
 	r.connect(1, srvTestTarget)
 	srvTake(t, streams) // accepted, never read
 	chunk := make([]byte, 16<<10)
-	for sent := 0; sent <= srvStreamWindow; sent += len(chunk) {
+	for sent := 0; sent <= h2StreamWindow; sent += len(chunk) {
 		if err := r.fr.WriteData(1, false, chunk); err != nil {
 			t.Fatal(err)
 		}
