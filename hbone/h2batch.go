@@ -20,7 +20,7 @@ import (
 //     from it, giving the buffer back as soon as it is drained, so an idle
 //     connection holds none.
 //
-// Syscalls cost ≈ 1.1 µs on these machines (field-notes.md), ten times
+// Syscalls cost ≈ 1.1 µs on these machines (docs/field-notes.md, "The machine"), ten times
 // bare metal, and loopback TCP does a whole send path per write.
 type batchConn struct {
 	net.Conn

@@ -26,7 +26,7 @@ import (
 )
 
 // HTTP/2 tuning, both sides (docs/hbone.md, "HTTP/2 settings"; the
-// measurements are in docs/field-notes.md, "HTTP/2 windows and frames").
+// measurements are in docs/field-notes.md, "Go HTTP/2 over mutual TLS").
 const (
 	// h2StreamWindow and h2ConnWindow are the receive windows we
 	// announce: 4 MiB / 16 MiB took one stream from 3.8 to 4.5 Gbit/s

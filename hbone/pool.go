@@ -10,10 +10,10 @@ package hbone
 //     SETTINGS_MAX_CONCURRENT_STREAMS). pc.inflight counts them; a slot is
 //     taken (inflight++ and h2Conn.reserve) under p.mu before the
 //     request is sent, and given back exactly once when the stream ends.
-//     Reserve also enforces any later, lower peer limit.
+//     reserve also enforces any later, lower peer limit.
 //  3. A connection is offered to new streams only after the peer's first
 //     SETTINGS frame has been applied (so the cap is known), and never once
-//     it got GOAWAY, failed or is closing (Reserve refuses); its open
+//     it got GOAWAY, failed or is closing (reserve refuses); its open
 //     streams finish undisturbed, and it is closed when the last one ends.
 //  4. At most one dial per key is in flight. Flows that find no free slot
 //     while a dial runs wait for that dial and share its result, error
@@ -51,12 +51,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Defaults of PoolOptions, and the HTTP/2 health check of hbone-wire.md.
+// Defaults of PoolOptions, and the keepalive (docs/hbone.md, "Keepalive").
 const (
 	// DefaultMaxStreamsPerConn is ztunnel's default: enough streams to
 	// amortize a handshake, few enough that one connection's reader
-	// goroutine and write lock (the throughput ceiling, field-notes.md)
-	// are not shared by too many flows.
+	// goroutine and write lock (the throughput ceiling: docs/field-notes.md,
+	// "Go HTTP/2 over mutual TLS") are not shared by too many flows.
 	DefaultMaxStreamsPerConn = 100
 	// DefaultIdleTimeout is ztunnel's pool idle timeout.
 	DefaultIdleTimeout = 5 * time.Minute
@@ -65,7 +65,7 @@ const (
 
 	// poolPingAfter is the silence after which a PING is sent, and
 	// poolPingTimeout how long its answer may take before the connection
-	// is dropped (hbone-wire.md, "HTTP/2 settings").
+	// is dropped (docs/hbone.md, "Keepalive").
 	poolPingAfter   = 10 * time.Second
 	poolPingTimeout = 20 * time.Second
 
@@ -74,8 +74,9 @@ const (
 	// refuses more connections is not asked again on every flow.
 	poolSpreadRetry = 10 * time.Second
 	// MaxConnsPerKey bounds PoolOptions.ConnsPerKey: a few connections
-	// already use both of a small node's cores (field-notes.md: 8 streams
-	// over 8 connections 7.8–8.1 Gbit/s vs 5.3 over one).
+	// already use both of a small node's cores: 8 streams over 8
+	// connections 7.8–8.1 Gbit/s vs 5.3 over one (docs/field-notes.md,
+	// "Go HTTP/2 over mutual TLS").
 	MaxConnsPerKey = 8
 )
 
@@ -188,7 +189,7 @@ type poolConn struct {
 	cc         *h2Conn
 	peerID     string
 	maxStreams int
-	readerDone <-chan struct{} // closed when the connection's reader stopped
+	readerDone <-chan struct{} // closed when the connection's reader and writer stopped
 
 	// guarded by Pool.mu
 	inflight  int

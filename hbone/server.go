@@ -1,9 +1,8 @@
 package hbone
 
-// The inbound side of HBONE is a small HTTP/2 server of our own, built on
-// golang.org/x/net/http2's Framer (frame codec, HPACK decoding of
-// HEADERS+CONTINUATION into one MetaHeadersFrame) and x/net/http2/hpack (for
-// our response headers), rather than on net/http or x/net/http2's Server.
+// The inbound side of HBONE is the server side of our own HTTP/2 engine
+// (h2conn.go, on golang.org/x/net/http2's Framer and hpack), rather than
+// net/http or x/net/http2's Server.
 //
 // Why: Go's HTTP/2 server cannot half-close a stream. Returning from a
 // handler ends both directions at once and sends RST_STREAM(NO_ERROR) (see
@@ -15,13 +14,14 @@ package hbone
 //
 // Only what HBONE needs is implemented: CONNECT streams opened by the client,
 // flow control both ways, SETTINGS, PING, GOAWAY. No server push, no
-// priorities, no trailers, no HTTP/1. The contract is
-// shared/design/hbone-wire.md.
+// priorities, no trailers, no HTTP/1. The contract is docs/hbone.md.
 //
-// Layout: server.go (this file: options, listeners, lifecycle),
-// server_conn.go (one HTTP/2 connection: the read loop and frame handling),
-// server_stream.go (Request and ServerStream), server_authority.go (the
-// :authority parser), h2write.go (the per-connection writer goroutine).
+// Layout: server.go (this file: options, listeners, accept loop,
+// lifecycle, counters), server_conn.go (one connection: the engine plus
+// the handlers' goroutines), server_request.go (Request, the CONNECT's
+// checks, Accept and Reject), server_stream.go (ServerStream),
+// server_authority.go (the :authority parser), server_headers.go
+// (traceparent and forwarded).
 
 import (
 	"context"

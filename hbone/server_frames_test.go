@@ -456,7 +456,7 @@ func TestServerShutdownDeadline(t *testing.T) {
 	}
 }
 
-// The server's HTTP/2 settings on the wire (hbone-wire.md, "HTTP/2
+// The server's HTTP/2 settings on the wire (docs/hbone.md, "HTTP/2
 // settings"): 4 MiB stream window, 16 MiB connection window, 1 MiB max
 // frame, 200 concurrent streams, 64 KiB header list, no push.
 func TestServerSettingsWire(t *testing.T) {
