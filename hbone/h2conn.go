@@ -57,6 +57,12 @@ const (
 	// peer that floods PINGs without reading our answers gets
 	// ENHANCE_YOUR_CALM instead of growing our queue.
 	h2MaxQueuedControl = 1000
+	// h2PingAfter is the read silence after which either side sends a
+	// PING, and h2PingTimeout how long after it a connection that read
+	// nothing at all is dropped (docs/hbone.md, "Keepalive"): ztunnel's
+	// values.
+	h2PingAfter   = 10 * time.Second
+	h2PingTimeout = 20 * time.Second
 	// h2DefaultWindow is HTTP/2's initial window before SETTINGS (RFC
 	// 9113 §6.9.2), and h2MaxWindow the largest legal window.
 	h2DefaultWindow = 65535

@@ -51,7 +51,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Defaults of PoolOptions, and the keepalive (docs/hbone.md, "Keepalive").
+// Defaults of PoolOptions.
 const (
 	// DefaultMaxStreamsPerConn is ztunnel's default: enough streams to
 	// amortize a handshake, few enough that one connection's reader
@@ -62,12 +62,6 @@ const (
 	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultConnectTimeout bounds TCP + TLS + HTTP/2 setup; ztunnel uses 10 s.
 	DefaultConnectTimeout = 10 * time.Second
-
-	// poolPingAfter is the silence after which a PING is sent, and
-	// poolPingTimeout how long its answer may take before the connection
-	// is dropped (docs/hbone.md, "Keepalive").
-	poolPingAfter   = 10 * time.Second
-	poolPingTimeout = 20 * time.Second
 
 	// poolSpreadRetry is how long a key whose extra (spreading) dial
 	// failed shares its connections instead (invariant 7): a peer that
@@ -118,7 +112,7 @@ type PoolOptions struct {
 	// the pool.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// pingAfter and pingTimeout override poolPingAfter and poolPingTimeout
+	// pingAfter and pingTimeout override h2PingAfter and h2PingTimeout
 	// (tests).
 	pingAfter, pingTimeout time.Duration
 	// beforeOpen, if set, runs between taking a slot and sending the
@@ -235,10 +229,10 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	if opts.pingAfter <= 0 {
-		opts.pingAfter = poolPingAfter
+		opts.pingAfter = h2PingAfter
 	}
 	if opts.pingTimeout <= 0 {
-		opts.pingTimeout = poolPingTimeout
+		opts.pingTimeout = h2PingTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{

@@ -48,11 +48,6 @@ const (
 	// srvHandshakeTimeout bounds the TLS handshake and the client preface:
 	// a peer that opens TCP and says nothing must not hold a goroutine.
 	srvHandshakeTimeout = 10 * time.Second
-	// srvPingInterval and srvPingTimeout: a PING after 10 s of read
-	// silence, the connection dropped if nothing arrives within 20 s of it
-	// (docs/hbone.md, "HTTP/2 settings").
-	srvPingInterval = 10 * time.Second
-	srvPingTimeout  = 20 * time.Second
 )
 
 // ServerOptions configures a Server. Zero values take the documented
@@ -78,9 +73,9 @@ type ServerOptions struct {
 	// Logger; default hclog.NewNullLogger().
 	Logger hclog.Logger
 
-	// Keepalive timers; zero means srvPingInterval and srvPingTimeout.
+	// Keepalive timers; zero means h2PingAfter and h2PingTimeout.
 	// Unexported: only tests shorten them.
-	pingInterval, pingTimeout time.Duration
+	pingAfter, pingTimeout time.Duration
 }
 
 // ServerStats are counters of a Server since it was made.
@@ -103,7 +98,7 @@ type Server struct {
 
 	// Timers, from the constants (tests shorten the keepalive).
 	handshakeTimeout time.Duration
-	pingInterval     time.Duration
+	pingAfter        time.Duration
 	pingTimeout      time.Duration
 
 	connsAccepted, streamsAccepted, streamsRejected atomic.Uint64
@@ -142,18 +137,18 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	if opts.pingInterval == 0 {
-		opts.pingInterval = srvPingInterval
+	if opts.pingAfter == 0 {
+		opts.pingAfter = h2PingAfter
 	}
 	if opts.pingTimeout == 0 {
-		opts.pingTimeout = srvPingTimeout
+		opts.pingTimeout = h2PingTimeout
 	}
 	return &Server{
 		opts:             opts,
 		tlsConf:          ServerConfig(opts.Certificate, opts.Roots, opts.TrustDomain),
 		log:              opts.Logger,
 		handshakeTimeout: srvHandshakeTimeout,
-		pingInterval:     opts.pingInterval,
+		pingAfter:        opts.pingAfter,
 		pingTimeout:      opts.pingTimeout,
 		listeners:        make(map[net.Listener]struct{}),
 		conns:            make(map[*srvConn]struct{}),

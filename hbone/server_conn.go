@@ -34,7 +34,7 @@ func newSrvConn(s *Server, tc *tls.Conn, log hclog.Logger) *srvConn {
 	c.h2Conn = newH2Conn(tc, bc, h2Config{
 		maxHeaderList:   srvMaxHeaderList,
 		maxStreams:      s.opts.MaxConcurrentStreams,
-		pingAfter:       s.pingInterval,
+		pingAfter:       s.pingAfter,
 		pingTimeout:     s.pingTimeout,
 		prefaceTimeout:  s.handshakeTimeout,
 		log:             log,

@@ -366,7 +366,7 @@ func TestServerPingAndUnknownFrames(t *testing.T) {
 // A peer that answers nothing is dropped after the keepalive timeout.
 func TestServerKeepalive(t *testing.T) {
 	e := newSrvTest(t, srvEcho, func(o *ServerOptions) {
-		o.pingInterval = 50 * time.Millisecond
+		o.pingAfter = 50 * time.Millisecond
 		o.pingTimeout = 100 * time.Millisecond
 	})
 	r := e.dialRaw()
