@@ -37,9 +37,9 @@ type batchConn struct {
 
 const (
 	// batchWriteMax bounds what a corked batchConn gathers before writing.
-	// 512 KiB takes one of the relay's 256 KiB copy buffers with its
-	// records' overhead (256 KiB split it in two), and half of the
-	// server's largest DATA frame, in one write(2).
+	// 512 KiB takes one of our largest DATA frames (h2SendFrameMax, the
+	// relay's 256 KiB copy buffer) with its records' overhead and the
+	// frames queued before it (256 KiB split it in two) in one write(2).
 	batchWriteMax = 512 << 10
 	// batchReadMax is the most one read(2) asks for when crypto/tls
 	// offers a small buffer.
