@@ -116,8 +116,9 @@ type h2Conn struct {
 	bc  *batchConn // under tc: gathers the records of one flush
 	log hclog.Logger
 
-	// onRelease, if set, is called (without locks) once per stream when
-	// both its directions ended for its user (the pool's slot).
+	// onRelease, if set, is called (without the connection's locks) once
+	// per stream, when both its directions ended for its user: the pool
+	// takes its slot back.
 	onRelease func()
 
 	done         chan struct{} // closed when serve returned: reader and writer ended
