@@ -2,11 +2,13 @@ package hbone
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -409,4 +411,98 @@ func clientConnect(t testing.TB, pool *Pool, addr netip.AddrPort) *ClientStream 
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// A server that floods PINGs and never reads our answers is cut off like
+// a client that does (TestServerPingFloodWithoutReading): the client's
+// reader never writes either, its queue of answers is bounded, and the
+// stream on the connection fails instead of hanging.
+func TestClientPingFloodWithoutReading(t *testing.T) {
+	pki := newClientTestPKI(t)
+	// A small receive buffer, so the client's writes back up soon.
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		})
+		return errors.Join(err, serr)
+	}}
+	ln, err := lc.Listen(clientCtx(t), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := newClientTestPool(t, pki, nil)
+	type result struct {
+		s   *ClientStream
+		err error
+	}
+	connected := make(chan result, 1)
+	go func() {
+		s, err := pool.Connect(clientCtx(t), clientTestRequest(ln.Addr().(*net.TCPAddr).AddrPort()))
+		connected <- result{s, err}
+	}()
+	raw, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(clientTestWait))
+	tc := tls.Server(raw, ServerConfig(pki.server, pki.ca.Pool(), clientTestDomain))
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(tc, preface); err != nil || string(preface) != http2.ClientPreface {
+		t.Fatalf("preface %q, %v", preface, err)
+	}
+	fr := http2.NewFramer(tc, tc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.SetMaxReadFrameSize(1 << 20)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var id uint32
+	for range 100 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok {
+			id = h.StreamID
+			break
+		}
+	}
+	var hb bytes.Buffer
+	hpack.NewEncoder(&hb).WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := clientRecv(t, connected, "the CONNECT")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.s.Close()
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := r.s.Read(make([]byte, 1))
+		readErr <- err
+	}()
+
+	var batch bytes.Buffer
+	pings := http2.NewFramer(&batch, nil)
+	for i := range 100 { // well below the cap: the writer keeps up with a burst
+		pings.WritePing(false, [8]byte{byte(i)})
+	}
+	for round := range 20000 { // 34 MB of PINGs, never read back
+		if _, err := tc.Write(batch.Bytes()); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("round %d: the client stopped reading instead of cutting the flood off: %v", round, err)
+			}
+			t.Logf("cut off after %d rounds of 100 PINGs: %v", round, err)
+			if err := clientRecv(t, readErr, "the stream's Read"); err == nil || err == io.EOF {
+				t.Fatalf("Read on the flooded connection = %v, want an error", err)
+			}
+			return
+		}
+	}
+	t.Fatal("the client answered 2 million PINGs that were never read")
 }
