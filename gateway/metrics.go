@@ -416,6 +416,12 @@ var (
 			func(s hbone.PoolStats) int { return s.ConnsOpen }),
 		gaugeOf("meshtun_hbone_pool_streams_open", "CONNECT streams open, or being opened, on the pool's connections.",
 			func(s hbone.PoolStats) int { return s.StreamsOpen }),
+		counterOf("meshtun_hbone_pool_dials_failed_total", "Outbound HBONE connection attempts that failed (TCP, TLS, or the peer's first SETTINGS).",
+			func(s hbone.PoolStats) uint64 { return s.DialsFailed }),
+		counterOf("meshtun_hbone_pool_streams_opened_total", "CONNECT streams that got 200.",
+			func(s hbone.PoolStats) uint64 { return s.StreamsOpened }),
+		counterOf("meshtun_hbone_pool_streams_failed_total", "CONNECTs sent that got another status, a reset, or no answer.",
+			func(s hbone.PoolStats) uint64 { return s.StreamsFailed }),
 	}
 	serverFamilies = []statFamily[hbone.ServerStats]{
 		counterOf("meshtun_hbone_server_connections_accepted_total", "Inbound HBONE connections that completed the TLS handshake.",
@@ -428,6 +434,10 @@ var (
 			func(s hbone.ServerStats) int64 { return s.ConnsOpen }),
 		gaugeOf("meshtun_hbone_server_streams_open", "Inbound CONNECT streams not yet closed both ways.",
 			func(s hbone.ServerStats) int64 { return s.StreamsOpen }),
+		counterOf("meshtun_hbone_server_handshake_failures_total", "Inbound connections whose TLS handshake or HTTP/2 preface and first SETTINGS failed.",
+			func(s hbone.ServerStats) uint64 { return s.HandshakeFailures }),
+		counterOf("meshtun_hbone_server_streams_refused_total", "Inbound streams refused with REFUSED_STREAM (over the concurrency limit, or while draining).",
+			func(s hbone.ServerStats) uint64 { return s.StreamsRefused }),
 	}
 )
 

@@ -606,20 +606,25 @@ func TestMetricsStatsTables(t *testing.T) {
 			"meshtun_netstack_bad_checksums_total":   6,
 		}},
 		{"pool", &statsCollector[hbone.PoolStats]{stats: func() (hbone.PoolStats, bool) {
-			return hbone.PoolStats{ConnsOpened: 1, ConnsOpen: 2, StreamsOpen: 3}, true
+			return hbone.PoolStats{ConnsOpened: 1, ConnsOpen: 2, StreamsOpen: 3, DialsFailed: 4, StreamsOpened: 5, StreamsFailed: 6}, true
 		}, families: poolFamilies}, map[string]float64{
 			"meshtun_hbone_pool_connections_opened_total": 1,
 			"meshtun_hbone_pool_connections_open":         2,
 			"meshtun_hbone_pool_streams_open":             3,
+			"meshtun_hbone_pool_dials_failed_total":       4,
+			"meshtun_hbone_pool_streams_opened_total":     5,
+			"meshtun_hbone_pool_streams_failed_total":     6,
 		}},
 		{"server", &statsCollector[hbone.ServerStats]{stats: func() (hbone.ServerStats, bool) {
-			return hbone.ServerStats{ConnsAccepted: 1, StreamsAccepted: 2, StreamsRejected: 3, ConnsOpen: 4, StreamsOpen: 5}, true
+			return hbone.ServerStats{ConnsAccepted: 1, StreamsAccepted: 2, StreamsRejected: 3, ConnsOpen: 4, StreamsOpen: 5, HandshakeFailures: 6, StreamsRefused: 7}, true
 		}, families: serverFamilies}, map[string]float64{
 			"meshtun_hbone_server_connections_accepted_total": 1,
 			"meshtun_hbone_server_streams_accepted_total":     2,
 			"meshtun_hbone_server_streams_rejected_total":     3,
 			"meshtun_hbone_server_connections_open":           4,
 			"meshtun_hbone_server_streams_open":               5,
+			"meshtun_hbone_server_handshake_failures_total":   6,
+			"meshtun_hbone_server_streams_refused_total":      7,
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -57,7 +57,7 @@ func (r *ConnectRequest) check() error {
 }
 
 // header builds the CONNECT request's header block fields
-// (hbone-wire.md, "The CONNECT request"): :method and :authority, no
+// (docs/hbone.md, "The CONNECT request"): :method and :authority, no
 // :scheme or :path (RFC 9113 §8.5), no user-agent.
 func (r *ConnectRequest) header(target string) []hpack.HeaderField {
 	h := []hpack.HeaderField{

@@ -2,11 +2,13 @@ package hbone
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,7 +78,7 @@ func TestClientIdleStreamsHoldNothing(t *testing.T) {
 func TestClientWindowUpdates(t *testing.T) {
 	_, _, s, c, id := clientFrameStream(t)
 	const frame = 1 << 20
-	const total = 3 * poolStreamWindow // three stream windows
+	const total = 3 * h2StreamWindow // three stream windows
 	readErr := make(chan error, 1)
 	go func() {
 		n, err := io.Copy(io.Discard, s)
@@ -87,7 +89,7 @@ func TestClientWindowUpdates(t *testing.T) {
 	}()
 	// Send within the stream window as the peer sees it, waiting for
 	// the client's WINDOW_UPDATEs to send more.
-	window := int64(poolStreamWindow)
+	window := int64(h2StreamWindow)
 	payload := make([]byte, frame)
 	for sent := int64(0); sent < total; {
 		for window < frame {
@@ -141,11 +143,11 @@ func TestClientStreamIDsRunOut(t *testing.T) {
 	clientRecv(t, c1.streams, "the first stream")
 	cc := s1.c
 	cc.mu.Lock()
-	cc.nextID = clientMaxStreamID // the last odd ID
+	cc.nextID = h2MaxStreamID // the last odd ID
 	cc.mu.Unlock()
 	clientConnect(t, pool, peer.addr)
-	if id := clientRecv(t, c1.streams, "the last stream ID"); id != clientMaxStreamID {
-		t.Fatalf("stream %d, want %d", id, clientMaxStreamID)
+	if id := clientRecv(t, c1.streams, "the last stream ID"); id != h2MaxStreamID {
+		t.Fatalf("stream %d, want %d", id, h2MaxStreamID)
 	}
 	clientConnect(t, pool, peer.addr)
 	c2 := peer.nextConn(t)
@@ -294,15 +296,19 @@ func TestClientFirstFrameNotSettings(t *testing.T) {
 	c := newClientConn(a, newBatchConn(a), hclog.NewNullLogger(), func() {}, time.Hour, time.Hour)
 	go io.Copy(io.Discard, b)
 	errc := make(chan error, 1)
-	go func() { errc <- c.start() }()
+	c.start()
+	go func() { c.serve(); errc <- nil }()
 	fr := http2.NewFramer(b, nil)
 	fr.WritePing(false, [8]byte{})
 	clientRecv(t, c.settingsDone, "the client to give up on SETTINGS")
-	if c.settingsErr == nil {
+	c.mu.Lock()
+	settingsErr := c.settingsErr
+	c.mu.Unlock()
+	if settingsErr == nil {
 		t.Fatal("a PING as the first frame was accepted")
 	}
-	clientRecv(t, c.readerDone, "the reader to stop")
-	clientRecv(t, errc, "start")
+	clientRecv(t, c.done, "the reader to stop")
+	clientRecv(t, errc, "serve")
 }
 
 // FuzzClientFrames feeds arbitrary frames, after a valid SETTINGS, to a
@@ -348,25 +354,24 @@ func FuzzClientFrames(f *testing.F) {
 			defer close(drained)
 			io.Copy(io.Discard, b)
 		}()
-		go c.start()
+		c.start()
+		go c.serve()
 		var first bytes.Buffer
 		http2.NewFramer(&first, nil).WriteSettings()
 		if _, err := b.Write(first.Bytes()); err != nil {
 			t.Fatal(err)
 		}
 		clientRecv(t, c.settingsDone, "SETTINGS applied")
-		if err := c.Reserve(); err != nil {
+		if err := c.reserve(); err != nil {
 			t.Fatal(err)
 		}
-		pc := &poolConn{cc: c}
-		p := &Pool{} // release is not reached: the stream is only read
-		s, err := c.startStream(p, pc, []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":authority", Value: "10.0.0.1:80"}})
-		if err != nil {
+		s := &ClientStream{pc: &poolConn{cc: c}} // no onRelease: the stream is only read
+		if err := c.openStream(&s.h2Stream, []hpack.HeaderField{{Name: ":method", Value: "CONNECT"}, {Name: ":authority", Value: "10.0.0.1:80"}}); err != nil {
 			t.Fatal(err)
 		}
 		b.Write(frames) // fails once the client gave up on the connection
 		b.Close()
-		clientRecv(t, c.readerDone, "the reader to stop")
+		clientRecv(t, c.done, "the reader to stop")
 		readDone := make(chan struct{})
 		go func() {
 			defer close(readDone)
@@ -378,7 +383,7 @@ func FuzzClientFrames(f *testing.F) {
 			}
 		}()
 		clientRecv(t, readDone, "the stream's Read to end")
-		c.Close()
+		c.close()
 		clientRecv(t, drained, "the connection to close")
 	})
 }
@@ -406,4 +411,98 @@ func clientConnect(t testing.TB, pool *Pool, addr netip.AddrPort) *ClientStream 
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// A server that floods PINGs and never reads our answers is cut off like
+// a client that does (TestServerPingFloodWithoutReading): the client's
+// reader never writes either, its queue of answers is bounded, and the
+// stream on the connection fails instead of hanging.
+func TestClientPingFloodWithoutReading(t *testing.T) {
+	pki := newClientTestPKI(t)
+	// A small receive buffer, so the client's writes back up soon.
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
+		})
+		return errors.Join(err, serr)
+	}}
+	ln, err := lc.Listen(clientCtx(t), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := newClientTestPool(t, pki, nil)
+	type result struct {
+		s   *ClientStream
+		err error
+	}
+	connected := make(chan result, 1)
+	go func() {
+		s, err := pool.Connect(clientCtx(t), clientTestRequest(ln.Addr().(*net.TCPAddr).AddrPort()))
+		connected <- result{s, err}
+	}()
+	raw, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(clientTestWait))
+	tc := tls.Server(raw, ServerConfig(pki.server, pki.ca.Pool(), clientTestDomain))
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(tc, preface); err != nil || string(preface) != http2.ClientPreface {
+		t.Fatalf("preface %q, %v", preface, err)
+	}
+	fr := http2.NewFramer(tc, tc)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	fr.SetMaxReadFrameSize(1 << 20)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var id uint32
+	for range 100 {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok {
+			id = h.StreamID
+			break
+		}
+	}
+	var hb bytes.Buffer
+	hpack.NewEncoder(&hb).WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := clientRecv(t, connected, "the CONNECT")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.s.Close()
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := r.s.Read(make([]byte, 1))
+		readErr <- err
+	}()
+
+	var batch bytes.Buffer
+	pings := http2.NewFramer(&batch, nil)
+	for i := range 100 { // well below the cap: the writer keeps up with a burst
+		pings.WritePing(false, [8]byte{byte(i)})
+	}
+	for round := range 20000 { // 34 MB of PINGs, never read back
+		if _, err := tc.Write(batch.Bytes()); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("round %d: the client stopped reading instead of cutting the flood off: %v", round, err)
+			}
+			t.Logf("cut off after %d rounds of 100 PINGs: %v", round, err)
+			if err := clientRecv(t, readErr, "the stream's Read"); err == nil || err == io.EOF {
+				t.Fatalf("Read on the flooded connection = %v, want an error", err)
+			}
+			return
+		}
+	}
+	t.Fatal("the client answered 2 million PINGs that were never read")
 }

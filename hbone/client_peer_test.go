@@ -427,7 +427,7 @@ func clientLeakedGoroutines() []string {
 	var leaked []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
 		if strings.Contains(g, "hbone.(*Pool)") ||
-			strings.Contains(g, "hbone.(*clientConn)") {
+			strings.Contains(g, "hbone.(*h2Conn)") {
 			leaked = append(leaked, g)
 		}
 	}

@@ -6,13 +6,12 @@
 // Pool of HTTP/2 connections, one ClientStream per flow) and the server
 // side (Server: accept, parse and check the CONNECT, hand the Request to a
 // handler). It knows nothing of meshtun's config, TUN or gateway: callers
-// pass their own Options. The wire contract it keeps is
-// shared/design/hbone-wire.md, summarized in ARCHITECTURE.md, "HBONE on
-// the wire"; each rule has a test (tls_test.go, client_*_test.go,
-// pool_test.go, server_*_test.go) and the interop package checks both
-// sides against Node.js's nghttp2.
+// pass their own Options. The wire contract it keeps is docs/hbone.md
+// (its last section maps each rule to its test: tls_test.go,
+// client_*_test.go, pool_test.go, server_*_test.go); the interop package
+// checks both sides against Node.js's nghttp2.
 //
-// Ending a stream, both sides alike:
+// Ending a stream, both sides alike (docs/hbone.md, "Ending a stream"):
 //
 //   - CloseWrite sends END_STREAM (the proxied connection's FIN); Read
 //     keeps working.
@@ -24,20 +23,28 @@
 //     RST_STREAM(CANCEL) if it was still open, which the peer reads as a
 //     clean end.
 //
-// Both sides are our own HTTP/2 on x/net/http2's Framer and hpack, with
-// one frame-reading loop (h2read.go). The client (client_conn.go,
-// client_stream.go) has one reader goroutine per connection and nothing
-// per stream: HEADERS, DATA, RST_STREAM, WINDOW_UPDATE and ACKs are
-// written by the goroutine that causes them, under the connection's write
-// lock; Write sends DATA straight from the caller's buffer, blocking on
-// the peer's windows; a PING timer replaces a keepalive goroutine.
+// Both sides run one HTTP/2 engine of our own on x/net/http2's Framer
+// and hpack: h2conn.go (the connection, SETTINGS, GOAWAY, teardown),
+// h2stream.go (the stream type ClientStream and ServerStream embed: Read,
+// WriteBufferedTo, Write, flow control, ending), h2write.go (the write
+// model and the PING keepalive), h2read.go (frame reading), h2recvbuf.go
+// (received DATA in pooled chunks), h2batch.go (TLS records gathered per
+// flush). Per connection there is a reader goroutine and a writer
+// goroutine, and nothing per stream: DATA leaves from the stream's Write,
+// straight from the caller's buffer, under the connection's write lock;
+// the other frames are queued and written by the next holder of that
+// lock, or by the writer, which also sends the keepalive PINGs. The
+// client files (client.go, client_stream.go, pool*.go) add the CONNECT,
+// its answer and the pool; the server files (server*.go) the request
+// checks, the handlers and the accept loop.
 //
 // Throughput: both sides put a batchConn under crypto/tls (h2batch.go),
-// so the TLS records of one HTTP/2 flush leave in one write(2); both keep
-// received DATA in pooled chunks (server_recvbuf.go) that an idle stream
-// does not hold, and credit it back as it is read; a server stream's
-// Write writes its DATA itself when the connection's writer is idle. PoolOptions.ConnsPerKey spreads busy flows over a few connections
-// (pool.go, invariant 7). Benchmarks: pool_bench_test.go.
+// so the TLS records of one flush leave in one write(2); received DATA
+// waits in pooled chunks that an idle stream does not hold, credited back
+// as it is read, and WriteBufferedTo writes them to the destination
+// outside the connection's lock. PoolOptions.ConnsPerKey spreads busy
+// flows over a few connections (pool.go, invariant 7). Benchmarks:
+// pool_bench_test.go, server_bench_test.go.
 //
 // A Request exposes what the server logs: PeerIdentity, TraceID (from
 // traceparent) and ForwardedFor (from forwarded: for=).

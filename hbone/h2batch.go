@@ -20,7 +20,7 @@ import (
 //     from it, giving the buffer back as soon as it is drained, so an idle
 //     connection holds none.
 //
-// Syscalls cost ≈ 1.1 µs on these machines (field-notes.md), ten times
+// Syscalls cost ≈ 1.1 µs on these machines (docs/field-notes.md, "The machine"), ten times
 // bare metal, and loopback TCP does a whole send path per write.
 type batchConn struct {
 	net.Conn
@@ -37,9 +37,9 @@ type batchConn struct {
 
 const (
 	// batchWriteMax bounds what a corked batchConn gathers before writing.
-	// 512 KiB takes one of the relay's 256 KiB copy buffers with its
-	// records' overhead (256 KiB split it in two), and half of the
-	// server's largest DATA frame, in one write(2).
+	// 512 KiB takes one of our largest DATA frames (h2SendFrameMax, the
+	// relay's 256 KiB copy buffer) with its records' overhead and the
+	// frames queued before it (256 KiB split it in two) in one write(2).
 	batchWriteMax = 512 << 10
 	// batchReadMax is the most one read(2) asks for when crypto/tls
 	// offers a small buffer.

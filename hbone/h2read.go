@@ -1,9 +1,12 @@
 package hbone
 
+// Reading frames, both sides.
+
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -56,60 +59,36 @@ func h2readFrame(fr *http2.Framer, first bool) (http2.Frame, error) {
 	return f, nil
 }
 
-// h2peer is one side's handling of the frames it reads. A returned error
-// ends the connection (an *h2connError with GOAWAY).
-type h2peer interface {
-	onData(*http2.DataFrame) error
-	onHeaders(*http2.MetaHeadersFrame) error
-	onWindowUpdate(*http2.WindowUpdateFrame) error
-	onRSTStream(*http2.RSTStreamFrame) error
-	onSettings(*http2.SettingsFrame) error
-	onPing(*http2.PingFrame) error // not an ACK
-	onGoAway(*http2.GoAwayFrame) error
-	onStreamError(http2.StreamError) error
-}
-
-// h2readFrames reads frames and hands them to p until the connection
-// ends, and returns why. lastRead gets the time of each frame read (the
-// keepalive's measure of the peer's silence).
-func h2readFrames(fr *http2.Framer, p h2peer, lastRead *atomic.Int64) error {
+// readLoop reads frames and handles them until the connection ends, and
+// returns why. The server first reads the client preface, within
+// cfg.prefaceTimeout. The reader never writes: what it queues goes to
+// the writer goroutine.
+func (c *h2Conn) readLoop() error {
+	if !c.cfg.client {
+		c.tc.SetReadDeadline(time.Now().Add(c.cfg.prefaceTimeout))
+		preface := make([]byte, len(http2.ClientPreface))
+		if _, err := io.ReadFull(c.tc, preface); err != nil {
+			return fmt.Errorf("hbone: reading the HTTP/2 preface: %w", err)
+		}
+		if !bytes.Equal(preface, []byte(http2.ClientPreface)) {
+			return errors.New("hbone: peer did not send the HTTP/2 preface")
+		}
+		c.tc.SetReadDeadline(time.Time{})
+	}
+	fr := newH2ReadFramer(c.tc, c.cfg.maxHeaderList, h2MaxFrame)
 	for first := true; ; first = false {
 		f, err := h2readFrame(fr, first)
 		if se, ok := err.(http2.StreamError); ok {
-			if err := p.onStreamError(se); err != nil {
-				return err
-			}
-			continue
+			err = c.onStreamError(se)
+		} else if err == nil {
+			c.lastRead.Store(time.Now().UnixNano())
+			err = c.handle(f)
 		}
 		if err != nil {
 			return err
 		}
-		lastRead.Store(time.Now().UnixNano())
-		switch f := f.(type) {
-		case *http2.DataFrame:
-			err = p.onData(f)
-		case *http2.MetaHeadersFrame:
-			err = p.onHeaders(f)
-		case *http2.WindowUpdateFrame:
-			err = p.onWindowUpdate(f)
-		case *http2.RSTStreamFrame:
-			err = p.onRSTStream(f)
-		case *http2.SettingsFrame:
-			err = p.onSettings(f)
-		case *http2.PingFrame:
-			if !f.IsAck() { // an ACK: lastRead already says the peer is alive
-				err = p.onPing(f)
-			}
-		case *http2.GoAwayFrame:
-			err = p.onGoAway(f)
-		case *http2.PushPromiseFrame:
-			// Clients never push, and our client disables push.
-			err = h2connErr(http2.ErrCodeProtocol, "PUSH_PROMISE (push is disabled)")
-		default:
-			// PRIORITY, PRIORITY_UPDATE, unknown types: ignored.
-		}
-		if err != nil {
-			return err
+		if c.wqLen.Load() > 0 {
+			c.kick()
 		}
 	}
 }

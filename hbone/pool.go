@@ -8,12 +8,12 @@ package hbone
 //  2. A connection carries at most pc.maxStreams streams at once:
 //     min(PoolOptions.MaxStreamsPerConn, the peer's initial
 //     SETTINGS_MAX_CONCURRENT_STREAMS). pc.inflight counts them; a slot is
-//     taken (inflight++ and clientConn.Reserve) under p.mu before the
+//     taken (inflight++ and h2Conn.reserve) under p.mu before the
 //     request is sent, and given back exactly once when the stream ends.
-//     Reserve also enforces any later, lower peer limit.
+//     reserve also enforces any later, lower peer limit.
 //  3. A connection is offered to new streams only after the peer's first
 //     SETTINGS frame has been applied (so the cap is known), and never once
-//     it got GOAWAY, failed or is closing (Reserve refuses); its open
+//     it got GOAWAY, failed or is closing (reserve refuses); its open
 //     streams finish undisturbed, and it is closed when the last one ends.
 //  4. At most one dial per key is in flight. Flows that find no free slot
 //     while a dial runs wait for that dial and share its result, error
@@ -44,37 +44,35 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshtun/meshtun/identity"
 )
 
-// Defaults of PoolOptions, and the HTTP/2 health check of hbone-wire.md.
+// Defaults of PoolOptions.
 const (
 	// DefaultMaxStreamsPerConn is ztunnel's default: enough streams to
 	// amortize a handshake, few enough that one connection's reader
-	// goroutine and write lock (the throughput ceiling, field-notes.md)
-	// are not shared by too many flows.
+	// goroutine and write lock (the throughput ceiling: docs/field-notes.md,
+	// "Go HTTP/2 over mutual TLS") are not shared by too many flows.
 	DefaultMaxStreamsPerConn = 100
 	// DefaultIdleTimeout is ztunnel's pool idle timeout.
 	DefaultIdleTimeout = 5 * time.Minute
 	// DefaultConnectTimeout bounds TCP + TLS + HTTP/2 setup; ztunnel uses 10 s.
 	DefaultConnectTimeout = 10 * time.Second
 
-	// poolPingAfter is the silence after which a PING is sent, and
-	// poolPingTimeout how long its answer may take before the connection
-	// is dropped (hbone-wire.md, "HTTP/2 settings").
-	poolPingAfter   = 10 * time.Second
-	poolPingTimeout = 20 * time.Second
-
 	// poolSpreadRetry is how long a key whose extra (spreading) dial
 	// failed shares its connections instead (invariant 7): a peer that
 	// refuses more connections is not asked again on every flow.
 	poolSpreadRetry = 10 * time.Second
 	// MaxConnsPerKey bounds PoolOptions.ConnsPerKey: a few connections
-	// already use both of a small node's cores (field-notes.md: 8 streams
-	// over 8 connections 7.8–8.1 Gbit/s vs 5.3 over one).
+	// already use both of a small node's cores: 8 streams over 8
+	// connections 7.8–8.1 Gbit/s vs 5.3 over one (docs/field-notes.md,
+	// "Go HTTP/2 over mutual TLS").
 	MaxConnsPerKey = 8
 )
 
@@ -116,7 +114,7 @@ type PoolOptions struct {
 	// the pool.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// pingAfter and pingTimeout override poolPingAfter and poolPingTimeout
+	// pingAfter and pingTimeout override h2PingAfter and h2PingTimeout
 	// (tests).
 	pingAfter, pingTimeout time.Duration
 	// beforeOpen, if set, runs between taking a slot and sending the
@@ -126,9 +124,12 @@ type PoolOptions struct {
 
 // PoolStats is a snapshot of a Pool's counters.
 type PoolStats struct {
-	ConnsOpened uint64 // connections set up successfully since NewPool
-	ConnsOpen   int    // connections currently held, draining ones included
-	StreamsOpen int    // streams currently open (or being opened) on them
+	ConnsOpened   uint64 // connections set up successfully since NewPool
+	ConnsOpen     int    // connections currently held, draining ones included
+	StreamsOpen   int    // streams currently open (or being opened) on them
+	DialsFailed   uint64 // connection attempts that failed (TCP, TLS, or the peer's first SETTINGS)
+	StreamsOpened uint64 // CONNECT streams that got 200
+	StreamsFailed uint64 // CONNECTs that got another status, a reset, or no answer
 }
 
 // Pool carries HBONE flows over shared HTTP/2 connections, one CONNECT
@@ -144,10 +145,13 @@ type Pool struct {
 	closeMu  sync.Mutex // serializes Close
 	closeErr error
 
-	mu     sync.Mutex
-	closed bool
-	keys   map[poolKey]*poolEntry
-	opened uint64
+	streamsOpened, streamsFailed atomic.Uint64
+
+	mu          sync.Mutex
+	closed      bool
+	keys        map[poolKey]*poolEntry
+	opened      uint64
+	dialsFailed uint64
 }
 
 // poolKey is invariant 1's key. ids is the sorted expected identities
@@ -178,10 +182,10 @@ type poolDial struct {
 // by Pool.mu.
 type poolConn struct {
 	key        poolKey
-	cc         *clientConn
+	cc         *h2Conn
 	peerID     string
 	maxStreams int
-	readerDone <-chan struct{} // closed when the connection's reader stopped
+	readerDone <-chan struct{} // closed when the connection's reader and writer stopped
 
 	// guarded by Pool.mu
 	inflight  int
@@ -204,10 +208,11 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 			return nil, fmt.Errorf("hbone: pool: certificate: %w", err)
 		}
 	}
-	src, err := IdentityOf(leaf)
+	id, err := identity.FromCertificate(leaf)
 	if err != nil {
 		return nil, fmt.Errorf("hbone: pool: certificate: %w", err)
 	}
+	src := id.String()
 	if opts.MaxStreamsPerConn <= 0 {
 		opts.MaxStreamsPerConn = DefaultMaxStreamsPerConn
 	}
@@ -227,10 +232,10 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	if opts.pingAfter <= 0 {
-		opts.pingAfter = poolPingAfter
+		opts.pingAfter = h2PingAfter
 	}
 	if opts.pingTimeout <= 0 {
-		opts.pingTimeout = poolPingTimeout
+		opts.pingTimeout = h2PingTimeout
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
@@ -337,9 +342,9 @@ func (p *Pool) takeSlotLocked(e *poolEntry) *poolConn {
 		if pc.inflight >= pc.maxStreams {
 			continue
 		}
-		// Reserve refuses after GOAWAY, on a failed or closing connection
+		// reserve refuses after GOAWAY, on a failed or closing connection
 		// and at a peer limit lowered after the first SETTINGS.
-		if pc.cc.Reserve() != nil {
+		if pc.cc.reserve() != nil {
 			continue
 		}
 		pc.inflight++
@@ -380,6 +385,9 @@ func (p *Pool) runDial(key poolKey, ids []string, d *poolDial) {
 	switch {
 	case err != nil:
 		d.err = err
+		if !p.closed { // not a dial that Close cut short
+			p.dialsFailed++
+		}
 	case p.closed:
 		d.err = ErrPoolClosed
 	default:
@@ -471,7 +479,7 @@ func (p *Pool) reap(now time.Time) time.Duration {
 
 // close closes the HTTP/2 connection; streams still on it fail.
 func (pc *poolConn) close() {
-	pc.cc.Close()
+	pc.cc.close()
 }
 
 // Close closes every connection (open streams fail), stops the pool's
@@ -510,7 +518,12 @@ func (p *Pool) Close() error {
 func (p *Pool) Stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := PoolStats{ConnsOpened: p.opened}
+	s := PoolStats{
+		ConnsOpened:   p.opened,
+		DialsFailed:   p.dialsFailed,
+		StreamsOpened: p.streamsOpened.Load(),
+		StreamsFailed: p.streamsFailed.Load(),
+	}
 	for _, e := range p.keys {
 		s.ConnsOpen += len(e.conns)
 		for _, pc := range e.conns {

@@ -21,13 +21,12 @@ func (p *Pool) dial(key poolKey, ids []string) (*poolConn, error) {
 	}
 	c := newClientConn(tc, bc, p.log, p.wake, p.opts.pingAfter, p.opts.pingTimeout)
 	fail := func(err error) (*poolConn, error) {
-		c.Close()
-		<-c.readerDone
+		c.close()
+		<-c.done
 		return nil, fmt.Errorf("hbone: connect %s: %w", key.addr, err)
 	}
-	if err := c.start(); err != nil {
-		return fail(err)
-	}
+	c.start()
+	go c.serve()
 	select {
 	case <-c.settingsDone:
 	case <-ctx.Done():
@@ -46,13 +45,16 @@ func (p *Pool) dial(key poolKey, ids []string) (*poolConn, error) {
 	if maxStreams == 0 {
 		return fail(errors.New("peer allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)"))
 	}
-	return &poolConn{
+	pc := &poolConn{
 		key:        key,
 		cc:         c,
 		peerID:     PeerIdentity(tc.ConnectionState()),
 		maxStreams: maxStreams,
-		readerDone: c.readerDone,
-	}, nil
+		readerDone: c.done,
+	}
+	// Before any stream: pc is handed out under p.mu after this.
+	c.onRelease = func() { p.release(pc) }
+	return pc, nil
 }
 
 // dialTLS opens the TCP connection and completes the TLS handshake.

@@ -334,8 +334,8 @@ func poolWaitFor(t *testing.T, cond func() bool) {
 }
 
 // A CONNECT the peer did not process is sent again, once, on another
-// connection: hbone-wire.md's "GOAWAY → new flows use a new connection"
-// must hold even when the GOAWAY races the request.
+// connection: "GOAWAY sends new flows to a new connection" (docs/hbone.md,
+// "Pooling") must hold even when the GOAWAY races the request.
 func TestPoolRetriesUnprocessed(t *testing.T) {
 	t.Run("GOAWAY names a lower stream", func(t *testing.T) {
 		pki := newClientTestPKI(t)

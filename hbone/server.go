@@ -1,9 +1,8 @@
 package hbone
 
-// The inbound side of HBONE is a small HTTP/2 server of our own, built on
-// golang.org/x/net/http2's Framer (frame codec, HPACK decoding of
-// HEADERS+CONTINUATION into one MetaHeadersFrame) and x/net/http2/hpack (for
-// our response headers), rather than on net/http or x/net/http2's Server.
+// The inbound side of HBONE is the server side of our own HTTP/2 engine
+// (h2conn.go, on golang.org/x/net/http2's Framer and hpack), rather than
+// net/http or x/net/http2's Server.
 //
 // Why: Go's HTTP/2 server cannot half-close a stream. Returning from a
 // handler ends both directions at once and sends RST_STREAM(NO_ERROR) (see
@@ -15,13 +14,14 @@ package hbone
 //
 // Only what HBONE needs is implemented: CONNECT streams opened by the client,
 // flow control both ways, SETTINGS, PING, GOAWAY. No server push, no
-// priorities, no trailers, no HTTP/1. The contract is
-// shared/design/hbone-wire.md.
+// priorities, no trailers, no HTTP/1. The contract is docs/hbone.md.
 //
-// Layout: server.go (this file: options, listeners, lifecycle),
-// server_conn.go (one HTTP/2 connection: the read loop and frame handling),
-// server_stream.go (Request and ServerStream), server_authority.go (the
-// :authority parser), h2write.go (the per-connection writer goroutine).
+// Layout: server.go (this file: options, listeners, accept loop,
+// lifecycle, counters), server_conn.go (one connection: the engine plus
+// the handlers' goroutines), server_request.go (Request, the CONNECT's
+// checks, Accept and Reject), server_stream.go (ServerStream),
+// server_authority.go (the :authority parser), server_headers.go
+// (traceparent and forwarded).
 
 import (
 	"context"
@@ -37,20 +37,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Tuning of the server. Values come from hbone-wire.md ("HTTP/2 settings")
-// unless said otherwise.
+// Tuning of the server; the HTTP/2 windows and frame sizes are the
+// engine's (h2conn.go).
 const (
-	// srvStreamWindow is our SETTINGS_INITIAL_WINDOW_SIZE: the most a
-	// client may send on one stream before the handler reads it. 4 MiB
-	// measured 4.5 Gbit/s vs 3.8 with x/net defaults (field-notes.md).
-	srvStreamWindow = 4 << 20
-	// srvConnWindow is the connection receive window. It must exceed the
-	// stream window: equal values can deadlock (one stream holding all of
-	// it). It also bounds the bytes buffered per connection.
-	srvConnWindow = 16 << 20
-	// srvMaxFrameSize is the largest frame we accept and the largest DATA
-	// frame we send (16 KiB frames cost ~35% throughput, field-notes.md).
-	srvMaxFrameSize = 1 << 20
 	// srvMaxHeaderList bounds a request's decoded header list.
 	srvMaxHeaderList = 64 << 10
 	// srvDefaultMaxStreams is ztunnel's SETTINGS_MAX_CONCURRENT_STREAMS.
@@ -59,17 +48,6 @@ const (
 	// srvHandshakeTimeout bounds the TLS handshake and the client preface:
 	// a peer that opens TCP and says nothing must not hold a goroutine.
 	srvHandshakeTimeout = 10 * time.Second
-	// srvPingInterval and srvPingTimeout: a PING after 10 s of read
-	// silence, the connection dropped if nothing arrives within 20 s of it.
-	srvPingInterval = 10 * time.Second
-	srvPingTimeout  = 20 * time.Second
-	// srvWriteTimeout bounds one frame write (at most 1 MiB): a peer that
-	// stops reading must not pin the writer and every stream behind it.
-	srvWriteTimeout = 30 * time.Second
-	// srvMaxQueuedControl bounds control frames (PING/SETTINGS ACKs,
-	// RST_STREAM) waiting for the writer: a peer that floods PINGs without
-	// reading our answers is dropped instead of growing our queue.
-	srvMaxQueuedControl = 1000
 )
 
 // ServerOptions configures a Server. Zero values take the documented
@@ -95,18 +73,20 @@ type ServerOptions struct {
 	// Logger; default hclog.NewNullLogger().
 	Logger hclog.Logger
 
-	// Keepalive timers; zero means srvPingInterval and srvPingTimeout.
+	// Keepalive timers; zero means h2PingAfter and h2PingTimeout.
 	// Unexported: only tests shorten them.
-	pingInterval, pingTimeout time.Duration
+	pingAfter, pingTimeout time.Duration
 }
 
 // ServerStats are counters of a Server since it was made.
 type ServerStats struct {
-	ConnsAccepted   uint64 // HTTP/2 connections that completed the TLS handshake
-	StreamsAccepted uint64 // CONNECTs answered 200
-	StreamsRejected uint64 // CONNECTs answered with another status
-	ConnsOpen       int64  // including connections still in the TLS handshake
-	StreamsOpen     int64  // streams not yet closed both ways
+	ConnsAccepted     uint64 // HTTP/2 connections that completed the TLS handshake
+	StreamsAccepted   uint64 // CONNECTs answered 200
+	StreamsRejected   uint64 // CONNECTs answered with another status
+	ConnsOpen         int64  // including connections still in the TLS handshake
+	StreamsOpen       int64  // streams not yet closed both ways
+	HandshakeFailures uint64 // TLS (or HTTP/2 preface/SETTINGS) handshakes that failed
+	StreamsRefused    uint64 // streams refused with REFUSED_STREAM (over the concurrency limit, or while draining)
 }
 
 // Server is an HBONE server: it accepts mutual-TLS HTTP/2 connections and
@@ -118,10 +98,11 @@ type Server struct {
 
 	// Timers, from the constants (tests shorten the keepalive).
 	handshakeTimeout time.Duration
-	pingInterval     time.Duration
+	pingAfter        time.Duration
 	pingTimeout      time.Duration
 
 	connsAccepted, streamsAccepted, streamsRejected atomic.Uint64
+	handshakeFailures, streamsRefused               atomic.Uint64
 	connsOpen, streamsOpen                          atomic.Int64
 
 	mu        sync.Mutex
@@ -156,18 +137,18 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	if opts.pingInterval == 0 {
-		opts.pingInterval = srvPingInterval
+	if opts.pingAfter == 0 {
+		opts.pingAfter = h2PingAfter
 	}
 	if opts.pingTimeout == 0 {
-		opts.pingTimeout = srvPingTimeout
+		opts.pingTimeout = h2PingTimeout
 	}
 	return &Server{
 		opts:             opts,
 		tlsConf:          ServerConfig(opts.Certificate, opts.Roots, opts.TrustDomain),
 		log:              opts.Logger,
 		handshakeTimeout: srvHandshakeTimeout,
-		pingInterval:     opts.pingInterval,
+		pingAfter:        opts.pingAfter,
 		pingTimeout:      opts.pingTimeout,
 		listeners:        make(map[net.Listener]struct{}),
 		conns:            make(map[*srvConn]struct{}),
@@ -178,11 +159,13 @@ func NewServer(opts ServerOptions) (*Server, error) {
 // Stats returns the server's counters.
 func (s *Server) Stats() ServerStats {
 	return ServerStats{
-		ConnsAccepted:   s.connsAccepted.Load(),
-		StreamsAccepted: s.streamsAccepted.Load(),
-		StreamsRejected: s.streamsRejected.Load(),
-		ConnsOpen:       s.connsOpen.Load(),
-		StreamsOpen:     s.streamsOpen.Load(),
+		ConnsAccepted:     s.connsAccepted.Load(),
+		StreamsAccepted:   s.streamsAccepted.Load(),
+		StreamsRejected:   s.streamsRejected.Load(),
+		ConnsOpen:         s.connsOpen.Load(),
+		StreamsOpen:       s.streamsOpen.Load(),
+		HandshakeFailures: s.handshakeFailures.Load(),
+		StreamsRefused:    s.streamsRefused.Load(),
 	}
 }
 
@@ -295,12 +278,17 @@ func (s *Server) serveConn(raw net.Conn) {
 	cancel()
 	if err != nil {
 		log.Debug("TLS handshake failed", "error", err)
+		if sc.ctx.Err() == nil { // not our own Close
+			s.handshakeFailures.Add(1)
+		}
 		raw.Close()
 		sc.cancel()
 		return
 	}
 	s.connsAccepted.Add(1)
-	sc.serve()
+	if sc.serve() {
+		s.handshakeFailures.Add(1)
+	}
 }
 
 // track registers sc so Close can reach it; false if the server is closing.
@@ -355,7 +343,7 @@ func (s *Server) beginClose() []*srvConn {
 // Close. It returns ctx's error if it gave up waiting.
 func (s *Server) Shutdown(ctx context.Context) error {
 	for _, sc := range s.beginClose() {
-		sc.goAway()
+		sc.shutdown()
 	}
 	var err error
 	select {

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// The CONNECT headers a server reads (hbone-wire.md, "The CONNECT
+// The CONNECT headers a server reads (docs/hbone.md, "The CONNECT
 // request"): traceparent for the logs, forwarded for the original source.
 // Both come from the peer, so both parsers accept anything without
 // panicking and answer "absent" for what they cannot read.

@@ -16,6 +16,7 @@ import (
 // Request is a valid CONNECT waiting for the handler's decision.
 type Request struct {
 	st     *ServerStream
+	srv    *Server
 	target netip.AddrPort
 	header http.Header
 	peerID string
@@ -45,8 +46,8 @@ func (r *Request) Accept() (*ServerStream, error) {
 	s := r.st
 	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if s.decided {
+		defer c.mu.Unlock()
 		if s.reset && s.werr != nil {
 			return nil, s.werr
 		}
@@ -54,12 +55,15 @@ func (r *Request) Accept() (*ServerStream, error) {
 	}
 	s.decided = true
 	if s.reset || !c.queueLocked(h2frame{kind: h2Headers, streamID: s.id, status: http.StatusOK}) {
+		defer c.mu.Unlock()
 		if s.werr != nil {
 			return nil, s.werr
 		}
 		return nil, c.err
 	}
-	c.srv.streamsAccepted.Add(1)
+	r.srv.streamsAccepted.Add(1) // before the answer can reach the client
+	c.mu.Unlock()
+	c.writeQueued()
 	return s, nil
 }
 
@@ -69,62 +73,48 @@ func (r *Request) Reject(status int) {
 	s := r.st
 	c := s.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if s.decided {
+	if s.decided || s.reset || c.closed {
+		s.decided = true
+		c.mu.Unlock()
 		return
 	}
 	s.decided = true
-	if s.reset || c.closed {
-		return
-	}
 	if status < 300 || status > 599 {
 		c.log.Warn("handler rejected a CONNECT with a non-error status, sending 500", "status", status)
 		status = http.StatusInternalServerError
 	}
-	c.answerLocked(s.id, status, s.recvClosed)
-	c.failLocked(s, errSrvRejected)
-	c.srv.streamsRejected.Add(1)
+	answerLocked(c, s.id, status, s.recvClosed)
+	c.failLocked(&s.h2Stream, errSrvRejected)
+	r.srv.streamsRejected.Add(1) // before the answer can reach the client
+	c.mu.Unlock()
+	c.writeQueued()
 }
 
 // answerLocked ends a stream with a status: HEADERS with END_STREAM and,
 // if the client has not ended its side, RST_STREAM(NO_ERROR) so that it
 // stops sending (RFC 9113 §8.1).
-func (c *srvConn) answerLocked(id uint32, status int, peerEnded bool) {
+func answerLocked(c *h2Conn, id uint32, status int, peerEnded bool) {
 	c.queueLocked(h2frame{kind: h2Headers, streamID: id, status: status, end: true})
 	if !peerEnded {
 		c.queueLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeNo})
 	}
 }
 
-// onHeaders handles a HEADERS block: a new CONNECT, or trailers.
-func (c *srvConn) onHeaders(f *http2.MetaHeadersFrame) error {
+// onRequestLocked handles the HEADERS that open a client's stream: a
+// CONNECT, checked, refused or handed to a new handler goroutine. The
+// engine holds c.mu and has recorded the stream ID.
+func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
-	if id%2 == 0 {
-		return h2connErr(http2.ErrCodeProtocol, "client opened an even-numbered stream")
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if id <= c.lastStreamID {
-		st := c.streams[id]
-		if st == nil {
-			return c.queueControlLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeStreamClosed})
-		}
-		// Trailers: they must end the stream. Their fields mean nothing
-		// to a tunnel and are dropped.
-		if !f.StreamEnded() || st.recvClosed {
-			c.resetLocked(st, http2.ErrCodeProtocol, errors.New("hbone: peer sent HEADERS in the middle of a stream"))
-			return nil
-		}
-		c.endRecvLocked(st)
-		return nil
-	}
-	c.lastStreamID = id
 	max := int(c.srv.opts.MaxConcurrentStreams)
 	// Handlers may outlive their streams (a stream reset during a dial);
 	// bounding them too keeps a client that opens and resets streams in a
 	// loop from piling up goroutines.
-	if c.goawaySent || len(c.streams) >= max || c.handlers >= 2*max {
-		return c.queueControlLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeRefusedStream})
+	if c.goAwaySent || len(c.streams) >= max || c.handlers >= 2*max {
+		if err := c.queueControlLocked(h2frame{kind: h2RST, streamID: id, code: http2.ErrCodeRefusedStream}); err != nil {
+			return err
+		}
+		c.srv.streamsRefused.Add(1)
+		return nil
 	}
 	if err := c.controlBudgetLocked(); err != nil {
 		return err
@@ -139,23 +129,25 @@ func (c *srvConn) onHeaders(f *http2.MetaHeadersFrame) error {
 	}
 	if f.Truncated || err != nil {
 		c.log.Debug("CONNECT refused", "stream", id, "status", status, "error", err)
-		c.answerLocked(id, status, f.StreamEnded())
+		answerLocked(c.h2Conn, id, status, f.StreamEnded())
 		c.srv.streamsRejected.Add(1)
 		return nil
 	}
 
-	st := newServerStream(c, id)
-	c.streams[id] = st
-	c.srv.streamsOpen.Add(1)
+	ctx, cancel := context.WithCancel(c.ctx)
+	st := &ServerStream{ctx: ctx}
+	st.cancel = cancel
+	c.initStreamLocked(&st.h2Stream, id)
 	if f.StreamEnded() {
-		c.endRecvLocked(st)
+		c.endRecvLocked(&st.h2Stream)
 	}
 	req := &Request{
 		st:     st,
+		srv:    c.srv,
 		target: target,
 		header: header,
-		peerID: PeerIdentity(c.tc.ConnectionState()),
-		remote: c.raw.RemoteAddr(),
+		peerID: PeerIdentity(c.tls.ConnectionState()),
+		remote: c.tls.RemoteAddr(),
 	}
 	c.handlers++
 	c.wg.Add(1)

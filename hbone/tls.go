@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/meshtun/meshtun/identity"
 )
 
 // ALPN is the only application protocol HBONE speaks.
@@ -79,11 +81,11 @@ func ServerConfig(cert tls.Certificate, roots *x509.CertPool, trustDomain string
 			if err != nil {
 				return err
 			}
-			id, err := IdentityOf(leaf)
+			id, err := identity.FromCertificate(leaf)
 			if err != nil {
-				return err
+				return fmt.Errorf("hbone: %w", err)
 			}
-			if td, _ := ParseID(id); td != trustDomain {
+			if id.TrustDomain() != trustDomain {
 				return fmt.Errorf("%w: %s is not in %s", ErrForeignDomain, id, trustDomain)
 			}
 			return nil
@@ -111,9 +113,9 @@ func ClientConfig(cert tls.Certificate, roots *x509.CertPool, expected []string)
 			if err != nil {
 				return err
 			}
-			ids := identitiesOf(leaf)
+			ids := identity.AllFromCertificate(leaf)
 			for _, id := range ids {
-				if slices.Contains(expected, id) {
+				if slices.Contains(expected, id.String()) {
 					return nil
 				}
 			}
@@ -128,8 +130,8 @@ func PeerIdentity(cs tls.ConnectionState) string {
 	if len(cs.PeerCertificates) == 0 {
 		return ""
 	}
-	id, _ := IdentityOf(cs.PeerCertificates[0])
-	return id
+	id, _ := identity.FromCertificate(cs.PeerCertificates[0])
+	return id.String()
 }
 
 // LoadKeyPair loads a certificate chain and key, and returns them with the
@@ -139,11 +141,11 @@ func LoadKeyPair(certFile, keyFile string) (tls.Certificate, string, error) {
 	if err != nil {
 		return tls.Certificate{}, "", fmt.Errorf("hbone: load key pair: %w", err)
 	}
-	id, err := IdentityOf(cert.Leaf)
+	id, err := identity.FromCertificate(cert.Leaf)
 	if err != nil {
 		return tls.Certificate{}, "", fmt.Errorf("hbone: %s: %w", certFile, err)
 	}
-	return cert, id, nil
+	return cert, id.String(), nil
 }
 
 // LoadRoots reads a PEM trust bundle.

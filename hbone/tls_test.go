@@ -18,7 +18,7 @@ import (
 	"github.com/meshtun/meshtun/hbone/devca"
 )
 
-// The TLS rules of hbone-wire.md ("TLS"), each with a handshake that
+// The TLS rules of docs/hbone.md ("TLS and identity"), each with a handshake that
 // breaks it. checkProtocol is also tested alone, for what Go cannot be
 // made to negotiate (ChaCha20 in TLS 1.3, a server picking http/1.1).
 

@@ -269,6 +269,8 @@ func TestEndToEndMetrics(t *testing.T) {
 			{"meshtun_netstack_forwarded_total", flows, false},
 			{"meshtun_netstack_rejected_total", 1, false},
 			{"meshtun_hbone_pool_connections_opened_total", 1, false},
+			{"meshtun_hbone_pool_streams_opened_total", flows, true},
+			{"meshtun_hbone_pool_streams_failed_total", 1, false},
 			{"meshtun_hbone_server_streams_accepted_total", 0, true},
 		}},
 		{tp.B, "destination", "DENY", []moved{ // node B: its policy denied it
@@ -326,6 +328,8 @@ func TestEndToEndMetrics(t *testing.T) {
 				"meshtun_netstack_requests_total", "meshtun_netstack_forwarded_total", "meshtun_netstack_rejected_total",
 				"meshtun_netstack_accept_failures_total", "meshtun_netstack_in_flight_drops_total", "meshtun_netstack_bad_checksums_total",
 				"meshtun_hbone_pool_connections_opened_total", "meshtun_hbone_pool_connections_open", "meshtun_hbone_pool_streams_open",
+				"meshtun_hbone_pool_dials_failed_total", "meshtun_hbone_pool_streams_opened_total", "meshtun_hbone_pool_streams_failed_total",
+				"meshtun_hbone_server_handshake_failures_total", "meshtun_hbone_server_streams_refused_total",
 				"meshtun_hbone_server_connections_accepted_total", "meshtun_hbone_server_streams_accepted_total",
 				"meshtun_hbone_server_streams_rejected_total", "meshtun_hbone_server_connections_open", "meshtun_hbone_server_streams_open",
 				"meshtun_relay_buffers_in_use", "meshtun_build_info",

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestSrvRecvBuf(t *testing.T) {
+func TestH2RecvBuf(t *testing.T) {
 	tests := []struct {
 		name   string
 		writes []int // payload sizes, in order
@@ -14,14 +14,14 @@ func TestSrvRecvBuf(t *testing.T) {
 	}{
 		{"small payloads share a chunk", []int{64, 64, 64}, []int{100}},
 		{"a 1 MiB frame spans chunks", []int{1 << 20}, []int{256 << 10}},
-		{"reads across chunk ends", []int{srvChunkSize - 1, 3, srvChunkSize + 7}, []int{1000, 1}},
+		{"reads across chunk ends", []int{h2ChunkSize - 1, 3, h2ChunkSize + 7}, []int{1000, 1}},
 		{"one byte at a time", []int{5, 1, 2}, []int{1}},
 		{"empty payloads", []int{0, 10, 0}, []int{4}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rng := rand.NewChaCha8([32]byte{7})
-			var b srvRecvBuf
+			var b h2RecvBuf
 			var want []byte
 			for _, n := range tt.writes {
 				p := make([]byte, n)
@@ -51,11 +51,11 @@ func TestSrvRecvBuf(t *testing.T) {
 		})
 	}
 	t.Run("reset drops and counts", func(t *testing.T) {
-		var b srvRecvBuf
-		b.write(make([]byte, 3*srvChunkSize/2))
+		var b h2RecvBuf
+		b.write(make([]byte, 3*h2ChunkSize/2))
 		b.read(make([]byte, 10))
-		if n := b.reset(); n != 3*srvChunkSize/2-10 {
-			t.Errorf("reset = %d, want %d", n, 3*srvChunkSize/2-10)
+		if n := b.reset(); n != 3*h2ChunkSize/2-10 {
+			t.Errorf("reset = %d, want %d", n, 3*h2ChunkSize/2-10)
 		}
 		if b.chunks != nil || b.n != 0 {
 			t.Errorf("after reset: %d chunks, n %d", len(b.chunks), b.n)

@@ -6,31 +6,31 @@ import (
 	"sync"
 )
 
-// srvRecvBuf holds a stream's received DATA until the handler reads it, in
+// h2RecvBuf holds a stream's received DATA until the handler reads it, in
 // pooled chunks: the read loop copies each payload out of the Framer's
 // buffer into the free end of the last chunk, and Read gives a chunk back
 // to the pool as soon as it is drained. It replaced one allocation per
 // DATA frame (up to 1 MiB each, and the GC cycles they caused) with
 // reused memory; a stream holds chunks only while unread bytes are in
-// them. Guarded by srvConn.mu.
-type srvRecvBuf struct {
-	chunks []*[]byte // each from srvChunks, len = bytes written into it
+// them. Guarded by h2Conn.mu.
+type h2RecvBuf struct {
+	chunks []*[]byte // each from h2Chunks, len = bytes written into it
 	off    int       // bytes of chunks[0] already read
 	n      int       // unread bytes
 }
 
-// srvChunkSize is the pooled chunk: large enough that a 1 MiB frame takes
+// h2ChunkSize is the pooled chunk: large enough that a 1 MiB frame takes
 // 16 of them, small enough that a stream with a few bytes waiting does
 // not pin much.
-const srvChunkSize = 64 << 10
+const h2ChunkSize = 64 << 10
 
-var srvChunks = sync.Pool{New: func() any {
-	b := make([]byte, 0, srvChunkSize)
+var h2Chunks = sync.Pool{New: func() any {
+	b := make([]byte, 0, h2ChunkSize)
 	return &b
 }}
 
 // write appends p.
-func (b *srvRecvBuf) write(p []byte) {
+func (b *h2RecvBuf) write(p []byte) {
 	b.n += len(p)
 	for len(p) > 0 {
 		if len(b.chunks) > 0 {
@@ -42,12 +42,12 @@ func (b *srvRecvBuf) write(p []byte) {
 				continue
 			}
 		}
-		b.chunks = append(b.chunks, srvChunks.Get().(*[]byte))
+		b.chunks = append(b.chunks, h2Chunks.Get().(*[]byte))
 	}
 }
 
 // read moves up to len(p) unread bytes into p.
-func (b *srvRecvBuf) read(p []byte) int {
+func (b *h2RecvBuf) read(p []byte) int {
 	n := 0
 	for n < len(p) && len(b.chunks) > 0 {
 		c := b.chunks[0]
@@ -64,10 +64,10 @@ func (b *srvRecvBuf) read(p []byte) int {
 	return n
 }
 
-func (b *srvRecvBuf) putFirst() {
+func (b *h2RecvBuf) putFirst() {
 	c := b.chunks[0]
 	*c = (*c)[:0]
-	srvChunks.Put(c)
+	h2Chunks.Put(c)
 	b.chunks[0] = nil
 	b.chunks = b.chunks[1:]
 	b.off = 0
@@ -77,7 +77,7 @@ func (b *srvRecvBuf) putFirst() {
 }
 
 // reset drops every unread byte and returns how many there were.
-func (b *srvRecvBuf) reset() int {
+func (b *h2RecvBuf) reset() int {
 	n := b.n
 	for len(b.chunks) > 0 {
 		b.putFirst()
@@ -86,27 +86,27 @@ func (b *srvRecvBuf) reset() int {
 	return n
 }
 
-// srvTakeChunks is how many chunks one take hands out at most (256 KiB,
+// h2TakeChunks is how many chunks one take hands out at most (256 KiB,
 // the relay's copy buffer): what a stream's reader holds outside the
 // buffer while it writes them.
-const srvTakeChunks = 4
+const h2TakeChunks = 4
 
-// recvTake is chunks taken out of a srvRecvBuf: written out by the reader
+// recvTake is chunks taken out of a h2RecvBuf: written out by the reader
 // without the connection's lock, then given back to the pool.
 type recvTake struct {
-	chunks [srvTakeChunks]*[]byte
+	chunks [h2TakeChunks]*[]byte
 	k      int // chunks in use
 	off    int // bytes of chunks[0] already read before the take
 }
 
-// take moves up to srvTakeChunks whole chunks from the front into t and
+// take moves up to h2TakeChunks whole chunks from the front into t and
 // returns the unread bytes they hold. The last chunk goes too even if the
 // read loop is still filling it: it starts a fresh one for the next
 // payload, so an idle stream holds nothing.
-func (b *srvRecvBuf) take(t *recvTake) int {
+func (b *h2RecvBuf) take(t *recvTake) int {
 	n := 0
 	t.off = b.off
-	for t.k < srvTakeChunks && len(b.chunks) > 0 {
+	for t.k < h2TakeChunks && len(b.chunks) > 0 {
 		c := b.chunks[0]
 		n += len(*c) - b.off
 		b.off = 0
@@ -127,7 +127,7 @@ func (b *srvRecvBuf) take(t *recvTake) int {
 // whatever the outcome. An io.EOF from w is reported as
 // io.ErrUnexpectedEOF, so that callers can tell it from the stream's end.
 func (t *recvTake) writeTo(w io.Writer) (int64, error) {
-	var arr [srvTakeChunks][]byte
+	var arr [h2TakeChunks][]byte
 	bufs := arr[:0]
 	for i, c := range t.chunks[:t.k] {
 		p := *c
@@ -155,7 +155,7 @@ func (t *recvTake) writeTo(w io.Writer) (int64, error) {
 	}
 	for i, c := range t.chunks[:t.k] {
 		*c = (*c)[:0]
-		srvChunks.Put(c)
+		h2Chunks.Put(c)
 		t.chunks[i] = nil
 	}
 	t.k, t.off = 0, 0
