@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,6 +21,11 @@ import (
 //     with gateway.toml's key names. The config holds only the paths of the
 //     certificate and key files, never their contents, so no key material
 //     can appear here.
+//   - GET /route?dst=IP:PORT[&endpoint=N]: the plan of the router in force
+//     for a flow to IP:PORT, as JSON (RouteAnswer), what `meshtun route
+//     --admin` prints. Asking routes nothing and moves no round robin: a
+//     service's endpoint is the N-th (default 0), as `meshtun route
+//     --endpoint N` shows it.
 //   - GET /logging shows the log level; POST or PUT /logging?level=debug
 //     changes it at once for every logger of the process (the access log
 //     too, which writes at INFO and WARN).
@@ -35,6 +42,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(append(b, '\n'))
 	})
+	mux.HandleFunc("GET /route", g.serveRoute)
 	mux.HandleFunc("/logging", g.serveLogging)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -43,6 +51,10 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
+
+// AdminHandler is the handler Run serves on admin.listen, for serving it
+// elsewhere (`meshtun route --admin`'s tests serve it on a test server).
+func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler() }
 
 // logLevels are the levels /logging accepts: log.level's values.
 var logLevels = []string{"trace", "debug", "info", "warn", "error"}
@@ -75,4 +87,130 @@ func (g *Gateway) serveLogging(w http.ResponseWriter, r *http.Request) {
 
 func levelName(l hclog.Level) string {
 	return strings.ToLower(l.String())
+}
+
+// RouteAnswer is the plan for one destination of the snapshot in force,
+// and whether the device captures it. GET /route answers it as JSON:
+//
+//	{"destination": "10.96.0.10:80", "kind": "hbone", "via": "service default/web",
+//	 "service": "default/web", "host": "web.default.svc.cluster.local",
+//	 "endpoint": "default/web", "endpoint_index": 0, "endpoints": 2,
+//	 "target": "10.244.2.5:8080", "hbone_address": "10.244.2.5:15008",
+//	 "identities": ["spiffe://cluster.local/ns/default/sa/web"], "captured": true}
+//
+// kind is "hbone", "direct" or "deny"; a denied plan has "reason" and no
+// target; keys without a value are left out.
+type RouteAnswer struct {
+	Plan
+	// Captured is whether one of tun.routes holds the destination: if
+	// none does, the kernel never sends the flow to the gateway.
+	Captured bool
+}
+
+// routeJSON is RouteAnswer's JSON form.
+type routeJSON struct {
+	Destination   netip.AddrPort `json:"destination"`
+	Kind          string         `json:"kind"`
+	Via           string         `json:"via,omitempty"`
+	Service       string         `json:"service,omitempty"`
+	Host          string         `json:"host,omitempty"`
+	Endpoint      string         `json:"endpoint,omitempty"`
+	EndpointIndex *int           `json:"endpoint_index,omitempty"` // with endpoint
+	Endpoints     int            `json:"endpoints,omitempty"`
+	Target        netip.AddrPort `json:"target,omitzero"`
+	HBONEAddress  netip.AddrPort `json:"hbone_address,omitzero"`
+	Identities    []string       `json:"identities,omitempty"`
+	Reason        string         `json:"reason,omitempty"`
+	Captured      bool           `json:"captured"`
+}
+
+// MarshalJSON implements json.Marshaler.
+func (a RouteAnswer) MarshalJSON() ([]byte, error) {
+	p := a.Plan
+	j := routeJSON{
+		Destination: p.Dst, Kind: p.Kind.String(), Via: p.Via, Service: p.Service, Host: p.Host,
+		Endpoint: p.Endpoint, Endpoints: p.Endpoints,
+		HBONEAddress: p.HBONEAddress, Identities: p.Identities, Reason: p.Reason, Captured: a.Captured,
+	}
+	if p.Endpoint != "" {
+		j.EndpointIndex = &p.EndpointIndex
+	}
+	if p.Kind != Deny {
+		j.Target = p.Target
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (a *RouteAnswer) UnmarshalJSON(b []byte) error {
+	var j routeJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	var kind Kind
+	switch j.Kind {
+	case "hbone":
+		kind = HBONE
+	case "direct":
+		kind = Direct
+	case "deny":
+		kind = Deny
+	default:
+		return fmt.Errorf("route answer: kind %q: want hbone, direct or deny", j.Kind)
+	}
+	target := j.Target
+	if kind == Deny {
+		target = j.Destination // as Router.Route leaves it
+	}
+	index := 0
+	if j.EndpointIndex != nil {
+		index = *j.EndpointIndex
+	}
+	*a = RouteAnswer{Plan: Plan{
+		Kind: kind, Dst: j.Destination, Target: target, HBONEAddress: j.HBONEAddress, Identities: j.Identities,
+		Via: j.Via, Service: j.Service, Host: j.Host, Endpoint: j.Endpoint, EndpointIndex: index,
+		Endpoints: j.Endpoints, Reason: j.Reason,
+	}, Captured: j.Captured}
+	return nil
+}
+
+// ExplainRoute is the plan of the snapshot in force for a flow to dst,
+// with a service's endpoint number endpoint (reduced modulo their count).
+// It changes nothing: the round robin real flows take turns with is not
+// moved.
+func (g *Gateway) ExplainRoute(dst netip.AddrPort, endpoint int) RouteAnswer {
+	s := g.snapshot()
+	plan := s.router.Route(dst, func(string, int) int { return endpoint })
+	a := RouteAnswer{Plan: plan}
+	for _, r := range s.cfg.TUN.Routes {
+		if r.Contains(plan.Dst.Addr()) {
+			a.Captured = true
+		}
+	}
+	return a
+}
+
+// serveRoute answers GET /route?dst=IP:PORT[&endpoint=N].
+func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	dst, err := netip.ParseAddrPort(q.Get("dst"))
+	if err != nil || dst.Port() == 0 || dst.Addr().Zone() != "" {
+		http.Error(w, fmt.Sprintf("route: dst %q is not IP:PORT (like /route?dst=10.96.0.10:80 or dst=[fd00::5]:80)", q.Get("dst")),
+			http.StatusBadRequest)
+		return
+	}
+	endpoint := 0
+	if v := q.Get("endpoint"); v != "" {
+		if endpoint, err = strconv.Atoi(v); err != nil || endpoint < 0 {
+			http.Error(w, fmt.Sprintf("route: endpoint %q: want a number, 0 or more", v), http.StatusBadRequest)
+			return
+		}
+	}
+	b, err := json.MarshalIndent(g.ExplainRoute(dst, endpoint), "", "  ")
+	if err != nil {
+		http.Error(w, "route: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(b, '\n'))
 }

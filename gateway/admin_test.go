@@ -6,9 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -183,5 +186,149 @@ func TestAdminKeepsPprof(t *testing.T) {
 	srv := adminServer(t, config.Default(), hclog.NewNullLogger())
 	if code, body := do(t, http.MethodGet, srv.URL+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
 		t.Errorf("GET /debug/pprof/: %d", code)
+	}
+}
+
+// routeTOML has a workload, a service of two endpoints, a peer and
+// capture routes that leave the peer's range out.
+const routeTOML = `version = 1
+[tls]
+cert = "/etc/meshtun/tls/cert.pem"
+key = "/etc/meshtun/tls/key.pem"
+trust_bundle = "/etc/meshtun/tls/ca.pem"
+[tun]
+routes = ["10.244.2.0/24", "10.96.0.0/16"]
+
+[[peers]]
+name = "node-c"
+cidrs = ["10.244.3.0/24"]
+address = "192.0.2.3:15008"
+identity = "spiffe://cluster.local/ns/meshtun/sa/node-c"
+
+[[workloads]]
+name = "web"
+namespace = "default"
+service_account = "web"
+addresses = ["10.244.2.5"]
+
+[[workloads]]
+name = "web2"
+namespace = "default"
+service_account = "web"
+addresses = ["10.244.2.6"]
+
+[[services]]
+name = "web"
+namespace = "default"
+hostname = "web.default.svc.cluster.local"
+vips = ["10.96.0.10"]
+ports = { 80 = 8080 }
+endpoints = ["default/web", "default/web2"]
+`
+
+// GET /route answers the plan of the router in force as JSON, for every
+// kind of destination, without moving the round robin of real flows.
+func TestRouteEndpoint(t *testing.T) {
+	cfg, err := config.Parse([]byte(routeTOML), "route.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{cfg: cfg, log: hclog.NewNullLogger(), metrics: newMetrics()}
+	g.cur.Store(newSnapshot(cfg, nil))
+	srv := httptest.NewServer(g.adminHandler())
+	t.Cleanup(srv.Close)
+
+	tests := []struct {
+		name, query string
+		want        map[string]any // the answer's keys, all of them
+	}{
+		{"workload", "dst=10.244.2.5:9000", map[string]any{
+			"destination": "10.244.2.5:9000", "kind": "hbone", "via": "workload default/web",
+			"target": "10.244.2.5:9000", "hbone_address": "10.244.2.5:15008",
+			"identities": []any{"spiffe://cluster.local/ns/default/sa/web"}, "captured": true}},
+		{"service, second endpoint", "dst=10.96.0.10:80&endpoint=1", map[string]any{
+			"destination": "10.96.0.10:80", "kind": "hbone", "via": "service default/web",
+			"service": "default/web", "host": "web.default.svc.cluster.local",
+			"endpoint": "default/web2", "endpoint_index": 1.0, "endpoints": 2.0,
+			"target": "10.244.2.6:8080", "hbone_address": "10.244.2.6:15008",
+			"identities": []any{"spiffe://cluster.local/ns/default/sa/web"}, "captured": true}},
+		{"service, first endpoint by default", "dst=10.96.0.10:80", map[string]any{
+			"destination": "10.96.0.10:80", "kind": "hbone", "via": "service default/web",
+			"service": "default/web", "host": "web.default.svc.cluster.local",
+			"endpoint": "default/web", "endpoint_index": 0.0, "endpoints": 2.0,
+			"target": "10.244.2.5:8080", "hbone_address": "10.244.2.5:15008",
+			"identities": []any{"spiffe://cluster.local/ns/default/sa/web"}, "captured": true}},
+		{"peer, not captured", "dst=10.244.3.9:443", map[string]any{
+			"destination": "10.244.3.9:443", "kind": "hbone", "via": "peer node-c",
+			"target": "10.244.3.9:443", "hbone_address": "192.0.2.3:15008",
+			"identities": []any{"spiffe://cluster.local/ns/meshtun/sa/node-c"}, "captured": false}},
+		{"deny", "dst=10.244.2.99:80", map[string]any{
+			"destination": "10.244.2.99:80", "kind": "deny",
+			"reason": "no service, workload or peer route matches the destination", "captured": true}},
+		{"deny, service port", "dst=10.96.0.10:81", map[string]any{
+			"destination": "10.96.0.10:81", "kind": "deny", "via": "service default/web",
+			"service": "default/web", "host": "web.default.svc.cluster.local",
+			"reason": "service default/web has no port 81 (its ports: 80)", "captured": true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + "/route?" + tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("GET /route?%s: %s %q\n%s", tt.query, resp.Status, resp.Header.Get("Content-Type"), body)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(body, &got); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, body)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("GET /route?%s:\n got %v\nwant %v", tt.query, got, tt.want)
+			}
+			// The JSON is the plan: decoded, it is what the router says.
+			var back RouteAnswer
+			if err := json.Unmarshal(body, &back); err != nil {
+				t.Fatal(err)
+			}
+			q, _ := url.ParseQuery(tt.query)
+			n, _ := strconv.Atoi(q.Get("endpoint"))
+			if direct := g.ExplainRoute(netip.MustParseAddrPort(q.Get("dst")), n); !reflect.DeepEqual(back, direct) {
+				t.Errorf("decoded %+v\nthe router's %+v", back, direct)
+			}
+		})
+	}
+	if turn := g.snapshot().endpointTurn["default/web"].Load(); turn != 0 {
+		t.Errorf("asking moved the round robin to %d", turn)
+	}
+
+	for _, bad := range []struct{ query, want string }{
+		{"", `dst "" is not IP:PORT`},
+		{"dst=10.96.0.10", `dst "10.96.0.10" is not IP:PORT`},
+		{"dst=web.default:80", "is not IP:PORT"},
+		{"dst=10.96.0.10:0", "is not IP:PORT"},
+		{"dst=10.96.0.10:80&endpoint=-1", `endpoint "-1"`},
+		{"dst=10.96.0.10:80&endpoint=x", `endpoint "x"`},
+	} {
+		if code, body := do(t, http.MethodGet, srv.URL+"/route?"+bad.query); code != http.StatusBadRequest || !strings.Contains(body, bad.want) {
+			t.Errorf("GET /route?%s: %d %q, want 400 with %q", bad.query, code, body, bad.want)
+		}
+	}
+	if code, _ := do(t, http.MethodPost, srv.URL+"/route?dst=10.96.0.10:80"); code != http.StatusMethodNotAllowed {
+		t.Errorf("POST /route: %d, want 405", code)
+	}
+}
+
+// A JSON answer of an unknown kind is refused, not read as a deny.
+func TestRouteAnswerUnknownKind(t *testing.T) {
+	var a RouteAnswer
+	err := json.Unmarshal([]byte(`{"destination":"10.0.0.1:80","kind":"teleport"}`), &a)
+	if err == nil || !strings.Contains(err.Error(), `kind "teleport"`) {
+		t.Errorf("unmarshal of kind teleport: %v", err)
 	}
 }
