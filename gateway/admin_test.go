@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,11 +17,14 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/BurntSushi/toml"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/mesh"
 )
 
 func adminServer(t *testing.T, cfg *config.Config, log hclog.Logger) *httptest.Server {
@@ -48,8 +54,9 @@ func do(t *testing.T, method, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// The dump uses gateway.toml's keys: written back as TOML, it parses
-// (strictly: an unknown key is an error) to the very config it came from.
+// The dump uses gateway.toml's keys: written back as TOML without what it
+// adds (sources, certificate, xds), it parses (strictly: an unknown key is
+// an error) to the very config it came from.
 func TestConfigDumpRoundTrip(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "config", "testdata", "gateway-example.toml"))
 	if err != nil {
@@ -84,6 +91,15 @@ func TestConfigDumpRoundTrip(t *testing.T) {
 	var tree map[string]any
 	if err := dec.Decode(&tree); err != nil {
 		t.Fatalf("the dump is not JSON: %v\n%s", err, body)
+	}
+	// What the dump adds to the file's keys, checked by TestConfigDumpState.
+	delete(tree, "certificate")
+	delete(tree, "xds")
+	for _, list := range []string{"workloads", "services", "policies"} {
+		entries, _ := tree[list].([]any)
+		for _, e := range entries {
+			delete(e.(map[string]any), "source")
+		}
 	}
 	var out bytes.Buffer
 	if err := toml.NewEncoder(&out).Encode(tomlTree(tree)); err != nil {
@@ -330,5 +346,145 @@ func TestRouteAnswerUnknownKind(t *testing.T) {
 	err := json.Unmarshal([]byte(`{"destination":"10.0.0.1:80","kind":"teleport"}`), &a)
 	if err == nil || !strings.Contains(err.Error(), `kind "teleport"`) {
 		t.Errorf("unmarshal of kind teleport: %v", err)
+	}
+}
+
+// dumpOf GETs /config_dump and decodes it; the raw body comes too.
+func dumpOf(t *testing.T, srv *httptest.Server) (map[string]any, string) {
+	t.Helper()
+	code, body := do(t, http.MethodGet, srv.URL+"/config_dump")
+	if code != http.StatusOK {
+		t.Fatalf("GET /config_dump: %d %s", code, body)
+	}
+	var tree map[string]any
+	if err := json.Unmarshal([]byte(body), &tree); err != nil {
+		t.Fatalf("the dump is not JSON: %v\n%s", err, body)
+	}
+	return tree, body
+}
+
+// The dump shows the state in force: each entry's source, the
+// certificate (from the file, then from the mesh's CA) and the xDS
+// stream, and never key material.
+func TestConfigDumpState(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "config", "testdata", "gateway-example.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(data, "gateway-example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := devca.New("cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := ca.Issue(testIDA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{cfg: cfg, log: hclog.NewNullLogger(), metrics: newMetrics(), cert: cert, identity: testIDA}
+	g.cur.Store(newSnapshot(cfg, nil))
+	srv := httptest.NewServer(g.adminHandler())
+	t.Cleanup(srv.Close)
+	block, _ := pem.Decode(keyPEM)
+	keyBody := base64.StdEncoding.EncodeToString(block.Bytes)[:40]
+	noKey := func(body string) {
+		t.Helper()
+		if strings.Contains(body, "PRIVATE KEY") || strings.Contains(body, keyBody) {
+			t.Errorf("the dump holds key material:\n%s", body)
+		}
+	}
+
+	tree, body := dumpOf(t, srv)
+	noKey(body)
+	for list, n := range map[string]int{"workloads": len(cfg.Workloads), "services": len(cfg.Services), "policies": len(cfg.Policies)} {
+		entries, _ := tree[list].([]any)
+		if n == 0 || len(entries) != n {
+			t.Fatalf("%s: %d in the dump, %d in the config (the example must have some)", list, len(entries), n)
+		}
+		for i, e := range entries {
+			if src := e.(map[string]any)["source"]; src != "file" {
+				t.Errorf("%s[%d].source = %v, want file", list, i, src)
+			}
+		}
+	}
+	want := map[string]any{"source": "file", "identity": testIDA, "not_after": cert.Leaf.NotAfter.UTC().Format(time.RFC3339)}
+	if got := tree["certificate"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("certificate from the file: %v, want %v", got, want)
+	}
+	if x, ok := tree["xds"]; ok {
+		t.Errorf("xds section with the mesh off: %v", x)
+	}
+
+	// The mesh's clients, the CA's first request failed: its state, and
+	// no expiry before a first certificate.
+	cm, xc := failedMeshClients(t)
+	g.metrics.ca.Store(cm)
+	g.metrics.xds.Store(xc)
+	tree, body = dumpOf(t, srv)
+	noKey(body)
+	c, _ := tree["certificate"].(map[string]any)
+	caState, _ := c["ca"].(map[string]any)
+	if c["source"] != "ca" || c["identity"] != "spiffe://cluster.local/ns/vm/sa/vm-sa" || caState == nil {
+		t.Fatalf("certificate from the mesh: %v", c)
+	}
+	if _, ok := c["not_after"]; ok {
+		t.Errorf("not_after before any certificate: %v", c)
+	}
+	stats := cm.Stats()
+	if caState["renewals"] != 0.0 || caState["renewal_failures"] != 1.0 || caState["last_error"] != stats.LastError ||
+		caState["last_error"] == "" || caState["next_attempt"] != stats.NextAttempt.UTC().Format(time.RFC3339Nano) ||
+		caState["last_error_at"] != stats.LastErrorAt.UTC().Format(time.RFC3339Nano) {
+		t.Errorf("ca state in the dump %v, the manager's %+v", caState, stats)
+	}
+	x, _ := tree["xds"].(map[string]any)
+	types, _ := x["types"].(map[string]any)
+	addr, _ := types["address"].(map[string]any)
+	authz, _ := types["authorization"].(map[string]any)
+	if x["node_id"] != xc.NodeID() || x["connected"] != false || addr["ready"] != false || authz["resources"] != 0.0 || len(types) != 2 {
+		t.Errorf("xds section: %v (node id %s)", x, xc.NodeID())
+	}
+}
+
+// A certificate from the mesh shows its expiry, and an entry's Source
+// field, where its type has one, is the source shown.
+func TestConfigDumpSourceAndExpiry(t *testing.T) {
+	expiry := time.Date(2026, 12, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
+	b, err := json.Marshal(meshCertificate(mesh.CAStats{Identity: "spiffe://td/ns/vm/sa/a", Expiry: expiry}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"not_after":"2026-12-02T02:04:05Z"`; !strings.Contains(string(b), want) {
+		t.Errorf("mesh certificate %s: want %s", b, want)
+	}
+
+	type withSource struct {
+		Name   string
+		Source string
+	}
+	type otherSource struct{ Source int }
+	for _, c := range []struct {
+		entry any
+		want  string
+	}{
+		{&withSource{Source: "xds"}, "xds"},
+		{&withSource{Source: ""}, "file"},
+		{&otherSource{Source: 1}, "file"},
+		{&config.Workload{}, "file"},
+		{nil, "file"},
+	} {
+		if got := sourceOf(c.entry); got != c.want {
+			t.Errorf("sourceOf(%#v) = %q, want %q", c.entry, got, c.want)
+		}
+	}
+	dumped := []any{map[string]any{"name": "a"}, map[string]any{"name": "b"}}
+	tagSources(dumped, []withSource{{"a", "xds"}, {"b", ""}})
+	if dumped[0].(map[string]any)["source"] != "xds" || dumped[1].(map[string]any)["source"] != "file" {
+		t.Errorf("tagged: %v", dumped)
 	}
 }

@@ -101,11 +101,12 @@ func TestMetricsMeshStats(t *testing.T) {
 	}
 }
 
-// The gateway's /metrics serves no mesh family until the clients are
-// stored, and then what their Stats say: here a real CertManager whose
-// first request failed against a closed port, and a real XDSClient not
-// yet connected.
-func TestMetricsMeshClients(t *testing.T) {
+// failedMeshClients are a real CertManager whose first request failed
+// against a closed port (retries an hour apart: its counts hold still
+// while a test reads them) and a real XDSClient, not started, for the
+// same control plane; both closed at the test's end.
+func failedMeshClients(t *testing.T) (*mesh.CertManager, *mesh.XDSClient) {
+	t.Helper()
 	dir := t.TempDir()
 	ca, err := devca.New("cluster.local")
 	if err != nil {
@@ -122,8 +123,6 @@ func TestMetricsMeshClients(t *testing.T) {
 	closed := ln.Addr().String()
 	ln.Close()
 	cp := mesh.ControlPlane{Address: closed, RootCert: root, ServerName: "istiod.istio-system.svc", ClusterID: "Kubernetes"}
-	// Retries an hour apart: after the first failure the counts hold
-	// still while the test reads them.
 	cm, err := mesh.NewCertManager(mesh.CAOptions{ControlPlane: cp, Namespace: "vm", ServiceAccount: "vm-sa",
 		MinBackoff: time.Hour, MaxBackoff: time.Hour})
 	if err != nil {
@@ -137,6 +136,23 @@ func TestMetricsMeshClients(t *testing.T) {
 	}
 	t.Cleanup(func() { xc.Close() })
 
+	cm.Start()
+	deadline := time.Now().Add(10 * time.Second)
+	for cm.Stats().RenewalFailures == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the CA request to a closed port did not fail within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cm, xc
+}
+
+// The gateway's /metrics serves no mesh family until the clients are
+// stored, and then what their Stats say: here a real CertManager whose
+// first request failed against a closed port, and a real XDSClient not
+// yet connected.
+func TestMetricsMeshClients(t *testing.T) {
+	cm, xc := failedMeshClients(t)
 	g := metricsGateway(t)
 	srv := httptest.NewServer(g.metricsHandler())
 	defer srv.Close()
@@ -146,14 +162,6 @@ func TestMetricsMeshClients(t *testing.T) {
 		}
 	}
 
-	cm.Start()
-	deadline := time.Now().Add(10 * time.Second)
-	for cm.Stats().RenewalFailures == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the CA request to a closed port did not fail within 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	g.metrics.ca.Store(cm)
 	g.metrics.xds.Store(xc)
 	samples := scrape(t, srv.URL, "/metrics")
