@@ -1,24 +1,38 @@
 package gateway
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
+	"reflect"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/mesh"
 )
 
 // adminHandler serves the admin listener, which binds to localhost by
 // default:
 //
-//   - GET /config_dump: the configuration in force (after any reload), as JSON
-//     with gateway.toml's key names. The config holds only the paths of the
-//     certificate and key files, never their contents, so no key material
-//     can appear here.
+//   - GET /config_dump: the state in force (after any reload, with what
+//     istiod sent), as JSON (configDump): the config with gateway.toml's
+//     key names, each workload, service and policy with its source, the
+//     certificate in force and, with the mesh on, the xDS stream's state.
+//     The config holds only the paths of the certificate and key files,
+//     and the certificate section only public facts of the leaf, so no
+//     key material can appear here.
+//   - GET /route?dst=IP:PORT[&endpoint=N]: the plan of the router in force
+//     for a flow to IP:PORT, as JSON (RouteAnswer), what `meshtun route
+//     --admin` prints. Asking routes nothing and moves no round robin: a
+//     service's endpoint is the N-th (default 0), as `meshtun route
+//     --endpoint N` shows it.
 //   - GET /logging shows the log level; POST or PUT /logging?level=debug
 //     changes it at once for every logger of the process (the access log
 //     too, which writes at INFO and WARN).
@@ -27,7 +41,7 @@ import (
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, r *http.Request) {
-		b, err := json.MarshalIndent(config.Dump(g.snapshot().cfg), "", "  ")
+		b, err := json.MarshalIndent(g.configDump(), "", "  ")
 		if err != nil {
 			http.Error(w, "config dump: "+err.Error(), http.StatusInternalServerError)
 			return
@@ -35,6 +49,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(append(b, '\n'))
 	})
+	mux.HandleFunc("GET /route", g.serveRoute)
 	mux.HandleFunc("/logging", g.serveLogging)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -42,6 +57,140 @@ func (g *Gateway) adminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// AdminHandler is the handler Run serves on admin.listen, for serving it
+// elsewhere (`meshtun route --admin`'s tests serve it on a test server).
+func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler() }
+
+// configDump is what /config_dump shows: config.Dump of the config in
+// force (gateway.toml's keys; the workloads, services and policies are
+// those in force, the file's and istiod's), and beside the file's keys:
+//
+//   - "source" in each entry of workloads, services and policies: "file"
+//     or "xds" (from istiod);
+//   - "certificate": the certificate in force (certificateDump);
+//   - "xds", with the mesh on: the stream to istiod (xdsDump).
+//
+// Without the three, it is a gateway.toml that parses to the config in
+// force.
+func (g *Gateway) configDump() map[string]any {
+	cfg := g.snapshot().cfg
+	d := config.Dump(cfg)
+	tagSources(d["workloads"], cfg.Workloads)
+	tagSources(d["services"], cfg.Services)
+	tagSources(d["policies"], cfg.Policies)
+	if ca := g.metrics.ca.Load(); ca != nil {
+		d["certificate"] = meshCertificate(ca.Stats())
+	} else {
+		d["certificate"] = g.fileCertificate()
+	}
+	if x := g.metrics.xds.Load(); x != nil {
+		d["xds"] = newXDSDump(x.NodeID(), x.Stats())
+	}
+	return d
+}
+
+// Sources of a workload, service or policy in the dump.
+const (
+	sourceFile = "file"
+	sourceXDS  = "xds"
+)
+
+// tagSources sets "source" in each dumped entry of list from the entry of
+// entries it was dumped from.
+func tagSources[T any](list any, entries []T) {
+	dumped, _ := list.([]any)
+	for i := range min(len(dumped), len(entries)) {
+		if m, ok := dumped[i].(map[string]any); ok {
+			m["source"] = sourceOf(&entries[i])
+		}
+	}
+}
+
+// sourceOf is the Source field of a config entry (a pointer to a struct):
+// its value if set, else "file", where entries without one come from.
+// Reflection, so that it reads the field whether or not the entry type
+// has it yet.
+func sourceOf(entry any) string {
+	v := reflect.Indirect(reflect.ValueOf(entry))
+	if v.Kind() != reflect.Struct {
+		return sourceFile
+	}
+	if f := v.FieldByName("Source"); f.IsValid() && f.Kind() == reflect.String && f.String() != "" {
+		return f.String()
+	}
+	return sourceFile
+}
+
+// certificateDump is the certificate section of /config_dump: public
+// facts of the certificate in force, never its key.
+type certificateDump struct {
+	// Source is "file" (tls.cert) or "ca" (Istio's CA, with [mesh]).
+	Source   string `json:"source"`
+	Identity string `json:"identity"`
+	// NotAfter is the leaf's expiry; absent before a first certificate.
+	NotAfter time.Time `json:"not_after,omitzero"`
+	// CA is the certificate manager's state (source "ca" only).
+	CA *caDump `json:"ca,omitempty"`
+}
+
+// caDump is the state of the renewals from Istio's CA.
+type caDump struct {
+	NextAttempt     time.Time `json:"next_attempt,omitzero"`
+	Renewals        uint64    `json:"renewals"`
+	RenewalFailures uint64    `json:"renewal_failures"`
+	LastError       string    `json:"last_error,omitempty"`
+	LastErrorAt     time.Time `json:"last_error_at,omitzero"`
+}
+
+// fileCertificate describes the certificate loaded from tls.cert.
+func (g *Gateway) fileCertificate() certificateDump {
+	c := certificateDump{Source: sourceFile, Identity: g.identity}
+	leaf := g.cert.Leaf
+	if leaf == nil && len(g.cert.Certificate) > 0 {
+		leaf, _ = x509.ParseCertificate(g.cert.Certificate[0])
+	}
+	if leaf != nil {
+		c.NotAfter = leaf.NotAfter.UTC()
+	}
+	return c
+}
+
+// meshCertificate describes the certificate the manager holds (kept while
+// renewals fail, until it expires).
+func meshCertificate(s mesh.CAStats) certificateDump {
+	return certificateDump{Source: "ca", Identity: s.Identity, NotAfter: s.Expiry.UTC(), CA: &caDump{
+		NextAttempt: s.NextAttempt.UTC(), Renewals: s.Renewals, RenewalFailures: s.RenewalFailures,
+		LastError: s.LastError, LastErrorAt: s.LastErrorAt.UTC(),
+	}}
+}
+
+// xdsDump is the xds section of /config_dump.
+type xdsDump struct {
+	NodeID           string `json:"node_id"`
+	Connected        bool   `json:"connected"`
+	Reconnects       uint64 `json:"reconnects"`
+	LastError        string `json:"last_error,omitempty"`
+	UnknownTypeNACKs uint64 `json:"unknown_type_nacks"`
+	// Types is keyed like the metrics' type label: address, authorization.
+	Types map[string]xdsTypeDump `json:"types"`
+}
+
+type xdsTypeDump struct {
+	Resources int    `json:"resources"`
+	Updates   uint64 `json:"updates"`
+	NACKs     uint64 `json:"nacks"`
+	Ready     bool   `json:"ready"`
+}
+
+func newXDSDump(nodeID string, s mesh.XDSStats) xdsDump {
+	d := xdsDump{NodeID: nodeID, Connected: s.Connected, Reconnects: s.Reconnects, LastError: s.LastError,
+		UnknownTypeNACKs: s.UnknownTypeNACKs, Types: make(map[string]xdsTypeDump, len(s.Types))}
+	for url, t := range s.Types {
+		d.Types[xdsTypeLabel(url)] = xdsTypeDump{Resources: t.Resources, Updates: t.Updates, NACKs: t.NACKs, Ready: t.Ready}
+	}
+	return d
 }
 
 // logLevels are the levels /logging accepts: log.level's values.
@@ -75,4 +224,130 @@ func (g *Gateway) serveLogging(w http.ResponseWriter, r *http.Request) {
 
 func levelName(l hclog.Level) string {
 	return strings.ToLower(l.String())
+}
+
+// RouteAnswer is the plan for one destination of the snapshot in force,
+// and whether the device captures it. GET /route answers it as JSON:
+//
+//	{"destination": "10.96.0.10:80", "kind": "hbone", "via": "service default/web",
+//	 "service": "default/web", "host": "web.default.svc.cluster.local",
+//	 "endpoint": "default/web", "endpoint_index": 0, "endpoints": 2,
+//	 "target": "10.244.2.5:8080", "hbone_address": "10.244.2.5:15008",
+//	 "identities": ["spiffe://cluster.local/ns/default/sa/web"], "captured": true}
+//
+// kind is "hbone", "direct" or "deny"; a denied plan has "reason" and no
+// target; keys without a value are left out.
+type RouteAnswer struct {
+	Plan
+	// Captured is whether one of tun.routes holds the destination: if
+	// none does, the kernel never sends the flow to the gateway.
+	Captured bool
+}
+
+// routeJSON is RouteAnswer's JSON form.
+type routeJSON struct {
+	Destination   netip.AddrPort `json:"destination"`
+	Kind          string         `json:"kind"`
+	Via           string         `json:"via,omitempty"`
+	Service       string         `json:"service,omitempty"`
+	Host          string         `json:"host,omitempty"`
+	Endpoint      string         `json:"endpoint,omitempty"`
+	EndpointIndex *int           `json:"endpoint_index,omitempty"` // with endpoint
+	Endpoints     int            `json:"endpoints,omitempty"`
+	Target        netip.AddrPort `json:"target,omitzero"`
+	HBONEAddress  netip.AddrPort `json:"hbone_address,omitzero"`
+	Identities    []string       `json:"identities,omitempty"`
+	Reason        string         `json:"reason,omitempty"`
+	Captured      bool           `json:"captured"`
+}
+
+// MarshalJSON implements json.Marshaler.
+func (a RouteAnswer) MarshalJSON() ([]byte, error) {
+	p := a.Plan
+	j := routeJSON{
+		Destination: p.Dst, Kind: p.Kind.String(), Via: p.Via, Service: p.Service, Host: p.Host,
+		Endpoint: p.Endpoint, Endpoints: p.Endpoints,
+		HBONEAddress: p.HBONEAddress, Identities: p.Identities, Reason: p.Reason, Captured: a.Captured,
+	}
+	if p.Endpoint != "" {
+		j.EndpointIndex = &p.EndpointIndex
+	}
+	if p.Kind != Deny {
+		j.Target = p.Target
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (a *RouteAnswer) UnmarshalJSON(b []byte) error {
+	var j routeJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	var kind Kind
+	switch j.Kind {
+	case "hbone":
+		kind = HBONE
+	case "direct":
+		kind = Direct
+	case "deny":
+		kind = Deny
+	default:
+		return fmt.Errorf("route answer: kind %q: want hbone, direct or deny", j.Kind)
+	}
+	target := j.Target
+	if kind == Deny {
+		target = j.Destination // as Router.Route leaves it
+	}
+	index := 0
+	if j.EndpointIndex != nil {
+		index = *j.EndpointIndex
+	}
+	*a = RouteAnswer{Plan: Plan{
+		Kind: kind, Dst: j.Destination, Target: target, HBONEAddress: j.HBONEAddress, Identities: j.Identities,
+		Via: j.Via, Service: j.Service, Host: j.Host, Endpoint: j.Endpoint, EndpointIndex: index,
+		Endpoints: j.Endpoints, Reason: j.Reason,
+	}, Captured: j.Captured}
+	return nil
+}
+
+// ExplainRoute is the plan of the snapshot in force for a flow to dst,
+// with a service's endpoint number endpoint (reduced modulo their count).
+// It changes nothing: the round robin real flows take turns with is not
+// moved.
+func (g *Gateway) ExplainRoute(dst netip.AddrPort, endpoint int) RouteAnswer {
+	s := g.snapshot()
+	plan := s.router.Route(dst, func(string, int) int { return endpoint })
+	a := RouteAnswer{Plan: plan}
+	for _, r := range s.cfg.TUN.Routes {
+		if r.Contains(plan.Dst.Addr()) {
+			a.Captured = true
+		}
+	}
+	return a
+}
+
+// serveRoute answers GET /route?dst=IP:PORT[&endpoint=N].
+func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	dst, err := netip.ParseAddrPort(q.Get("dst"))
+	if err != nil || dst.Port() == 0 || dst.Addr().Zone() != "" {
+		http.Error(w, fmt.Sprintf("route: dst %q is not IP:PORT (like /route?dst=10.96.0.10:80 or dst=[fd00::5]:80)", q.Get("dst")),
+			http.StatusBadRequest)
+		return
+	}
+	endpoint := 0
+	if v := q.Get("endpoint"); v != "" {
+		if endpoint, err = strconv.Atoi(v); err != nil || endpoint < 0 {
+			http.Error(w, fmt.Sprintf("route: endpoint %q: want a number, 0 or more", v), http.StatusBadRequest)
+			return
+		}
+	}
+	b, err := json.MarshalIndent(g.ExplainRoute(dst, endpoint), "", "  ")
+	if err != nil {
+		http.Error(w, "route: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(append(b, '\n'))
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/netstack"
 )
 
@@ -53,7 +54,9 @@ import (
 // Next to them: meshtun_flows_open{direction}; the counters of netstack,
 // of the HBONE pool and of the HBONE server, read from their Stats at
 // scrape time (statsCollector; the tables netstackFamilies,
-// poolFamilies, serverFamilies); meshtun_relay_buffers_in_use;
+// poolFamilies, serverFamilies); the state of the mesh clients, xDS and
+// CA, read from their Stats at scrape time too (meshCollector);
+// meshtun_relay_buffers_in_use;
 // meshtun_build_info; and client_golang's Go (go_*) and process
 // (process_*) collectors: goroutines, heap, RSS, open file descriptors.
 
@@ -109,6 +112,9 @@ type metrics struct {
 	pool   atomic.Pointer[hbone.Pool]
 	server atomic.Pointer[hbone.Server]
 	stack  atomic.Pointer[netstack.Stack]
+	// The mesh clients, stored when [mesh] is on and they are made.
+	xds atomic.Pointer[mesh.XDSClient]
+	ca  atomic.Pointer[mesh.CertManager]
 }
 
 // labelIndex is what labels are looked up in, for one config.
@@ -157,6 +163,7 @@ func newMetrics() *metrics {
 		&statsCollector[netstack.Stats]{stats: statsOf(&m.stack, (*netstack.Stack).Stats), families: netstackFamilies},
 		&statsCollector[hbone.PoolStats]{stats: statsOf(&m.pool, (*hbone.Pool).Stats), families: poolFamilies},
 		&statsCollector[hbone.ServerStats]{stats: statsOf(&m.server, (*hbone.Server).Stats), families: serverFamilies},
+		&meshCollector{xds: statsOf(&m.xds, (*mesh.XDSClient).Stats), ca: statsOf(&m.ca, (*mesh.CertManager).Stats)},
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -476,5 +483,86 @@ func statsOf[T, S any](p *atomic.Pointer[T], stats func(*T) S) func() (S, bool) 
 			return zero, false
 		}
 		return stats(x), true
+	}
+}
+
+// The families of the mesh clients. Their type label is the short name
+// of the xDS type (xdsTypeLabel), as an operator writes it in a query.
+var (
+	xdsConnectedDesc = prometheus.NewDesc("meshtun_xds_connected",
+		"1 while the xDS stream to istiod is open and has delivered a response, else 0.", nil, nil)
+	xdsReconnectsDesc = prometheus.NewDesc("meshtun_xds_reconnects_total",
+		"xDS streams opened after the first (istiod closes streams at their maximum age, so a slow rise is normal).", nil, nil)
+	xdsResourcesDesc = prometheus.NewDesc("meshtun_xds_resources",
+		"Resources held from istiod, by type: address (workloads and services) or authorization (policies).", []string{"type"}, nil)
+	xdsUpdatesDesc = prometheus.NewDesc("meshtun_xds_updates_total",
+		"xDS responses applied, wholly or in part, by type.", []string{"type"}, nil)
+	xdsNACKsDesc = prometheus.NewDesc("meshtun_xds_nacks_total",
+		"xDS responses NACKed because at least one resource was rejected, by type; unknown: responses of a type not subscribed to.", []string{"type"}, nil)
+	caRenewalsDesc = prometheus.NewDesc("meshtun_ca_renewals_total",
+		"Certificate requests to Istio's CA, the first issuance included, by result: success or failure.", []string{"result"}, nil)
+	caExpiryDesc = prometheus.NewDesc("meshtun_ca_cert_expiry_seconds",
+		"The NotAfter of the mesh certificate held, as Unix time in seconds; alert on it minus time(). No sample before the first certificate.", nil, nil)
+)
+
+// xdsTypeLabel is the type label of an xDS type URL: "address" and
+// "authorization" for the two meshtun subscribes to, the URL itself for
+// any other (there is none today; the label stays bounded by the types
+// the client holds).
+func xdsTypeLabel(typeURL string) string {
+	switch typeURL {
+	case mesh.AddressType:
+		return "address"
+	case mesh.AuthorizationType:
+		return "authorization"
+	}
+	return typeURL
+}
+
+// meshCollector exports the state of the xDS client and the certificate
+// manager, read once per scrape. A client not stored (the mesh off, or
+// not started yet) has no sample.
+type meshCollector struct {
+	xds func() (mesh.XDSStats, bool)
+	ca  func() (mesh.CAStats, bool)
+}
+
+var _ prometheus.Collector = (*meshCollector)(nil)
+
+func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{xdsConnectedDesc, xdsReconnectsDesc, xdsResourcesDesc,
+		xdsUpdatesDesc, xdsNACKsDesc, caRenewalsDesc, caExpiryDesc} {
+		ch <- d
+	}
+}
+
+func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
+	if s, ok := c.xds(); ok {
+		connected := 0.0
+		if s.Connected {
+			connected = 1
+		}
+		ch <- prometheus.MustNewConstMetric(xdsConnectedDesc, prometheus.GaugeValue, connected)
+		ch <- prometheus.MustNewConstMetric(xdsReconnectsDesc, prometheus.CounterValue, float64(s.Reconnects))
+		for url, t := range s.Types {
+			typ := xdsTypeLabel(url)
+			ch <- prometheus.MustNewConstMetric(xdsResourcesDesc, prometheus.GaugeValue, float64(t.Resources), typ)
+			ch <- prometheus.MustNewConstMetric(xdsUpdatesDesc, prometheus.CounterValue, float64(t.Updates), typ)
+			ch <- prometheus.MustNewConstMetric(xdsNACKsDesc, prometheus.CounterValue, float64(t.NACKs), typ)
+		}
+		ch <- prometheus.MustNewConstMetric(xdsNACKsDesc, prometheus.CounterValue, float64(s.UnknownTypeNACKs), unknown)
+	}
+	if s, ok := c.ca(); ok {
+		ch <- prometheus.MustNewConstMetric(caRenewalsDesc, prometheus.CounterValue, float64(s.Renewals), "success")
+		ch <- prometheus.MustNewConstMetric(caRenewalsDesc, prometheus.CounterValue, float64(s.RenewalFailures), "failure")
+		if !s.Expiry.IsZero() {
+			// Unix time, not seconds left: a gauge of time left is stale
+			// between scrapes and needs this process to keep it true,
+			// while a timestamp is right as long as it is held, and
+			// Prometheus' own convention (process_start_time_seconds,
+			// the blackbox exporter's certificate expiry) is the
+			// timestamp, with time() in the query.
+			ch <- prometheus.MustNewConstMetric(caExpiryDesc, prometheus.GaugeValue, float64(s.Expiry.UnixMilli())/1e3)
+		}
 	}
 }

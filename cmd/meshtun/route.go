@@ -1,26 +1,37 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/meshtun/meshtun/gateway"
 )
 
 // cmdRoute prints what the gateway would do with a flow to IP:PORT: the
 // plan of the same Router the gateway routes with, loaded through the same
-// path as run. Exit status 0 when the destination is routable, 1 when it is
-// denied (or the config does not load), 2 for a wrong command line.
+// path as run (--config), or asked of a running gateway's admin listener
+// (--admin; GET /route), which answers with the routes in force, those
+// from istiod included. Both print the same lines. Exit status 0 when the
+// destination is routable, 1 when it is denied (or the config does not
+// load), 2 for a wrong command line or an admin listener that does not
+// answer.
 func cmdRoute(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("route", stderr)
 	path := fs.String("config", defaultConfig, "the gateway's TOML config file")
+	admin := fs.String("admin", "", "instead of --config: the running gateway's admin.listen host:port, e.g. 127.0.0.1:15000")
 	pick := fs.Int("endpoint", 0, "for a service: which of its endpoints to show, counting from 0 (the gateway takes them in turn)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: meshtun route [--config FILE] [--endpoint N] IP:PORT\n\nprints the plan for a flow to IP:PORT (IPv6 as [addr]:port)")
+		fmt.Fprintln(stderr, "usage: meshtun route [--config FILE | --admin HOST:PORT] [--endpoint N] IP:PORT\n\nprints the plan for a flow to IP:PORT (IPv6 as [addr]:port)")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the destination too.
@@ -53,25 +64,100 @@ func cmdRoute(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 
-	g, cfg, err := load(*path, stderr, nil)
-	if err != nil {
-		return err
-	}
-	plan := g.Router().Route(dst, func(string, int) int { return *pick })
-	printPlan(stdout, plan)
-	captured := false
-	for _, r := range cfg.TUN.Routes {
-		if r.Contains(plan.Dst.Addr()) {
-			captured = true
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var answer gateway.RouteAnswer
+	if set["admin"] {
+		if set["config"] {
+			fmt.Fprintln(stderr, "meshtun route: --admin and --config exclude each other: ask a running gateway or read a file")
+			return errUsage
 		}
+		if err := checkHostPort(*admin); err != nil {
+			fmt.Fprintf(stderr, "meshtun route: --admin %q: %v\n", *admin, err)
+			return errUsage
+		}
+		if answer, err = fetchRoute(*admin, dst, *pick); err != nil {
+			fmt.Fprintf(stderr, "meshtun route: admin listener %s: %v\n", *admin, err)
+			return exitError{2}
+		}
+	} else {
+		g, _, err := load(*path, stderr, nil)
+		if err != nil {
+			return err
+		}
+		answer = g.ExplainRoute(dst, *pick)
 	}
-	if !captured {
-		fmt.Fprintf(stdout, "note:        %s is in none of tun.routes: the kernel does not send it to the gateway\n", plan.Dst.Addr())
-	}
-	if plan.Kind == gateway.Deny {
+	printRoute(stdout, answer)
+	if answer.Kind == gateway.Deny {
 		return exitError{1}
 	}
 	return nil
+}
+
+// checkHostPort accepts host:port with a port number, as admin.listen
+// is written.
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return errors.New("not host:port (like 127.0.0.1:15000)")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// adminTimeout bounds the question to the admin listener. It answers from
+// memory, at once; one that takes this long is stuck, and the operator
+// is better told so than left waiting.
+const adminTimeout = 5 * time.Second
+
+// maxAnswer bounds what is read of the admin listener's answer: a plan is
+// well under a kilobyte, and an error body is shown, not stored.
+const maxAnswer = 1 << 20
+
+// fetchRoute asks the admin listener at addr for the plan of dst.
+func fetchRoute(addr string, dst netip.AddrPort, endpoint int) (gateway.RouteAnswer, error) {
+	q := url.Values{"dst": {dst.String()}, "endpoint": {strconv.Itoa(endpoint)}}
+	client := &http.Client{Timeout: adminTimeout}
+	resp, err := client.Get("http://" + addr + "/route?" + q.Encode())
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the URL is the address, already named
+		}
+		return gateway.RouteAnswer{}, fmt.Errorf("cannot ask it (is the gateway running with admin.listen there?): %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		return gateway.RouteAnswer{}, fmt.Errorf("reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg := strings.TrimSpace(string(body))
+		if len(msg) > 300 {
+			msg = msg[:300] + "…"
+		}
+		hint := ""
+		if resp.StatusCode == http.StatusNotFound {
+			hint = " (not a meshtun admin listener, or one too old to have /route)"
+		}
+		return gateway.RouteAnswer{}, fmt.Errorf("GET /route answered %s%s: %s", resp.Status, hint, msg)
+	}
+	var a gateway.RouteAnswer
+	if err := json.Unmarshal(body, &a); err != nil {
+		return gateway.RouteAnswer{}, fmt.Errorf("the answer to GET /route is not a plan: %w", err)
+	}
+	return a, nil
+}
+
+// printRoute writes the plan of a, then a note if the device does not
+// capture the destination: the one printer of --config and --admin.
+func printRoute(w io.Writer, a gateway.RouteAnswer) {
+	printPlan(w, a.Plan)
+	if !a.Captured {
+		fmt.Fprintf(w, "note:        %s is in none of tun.routes: the kernel does not send it to the gateway\n", a.Dst.Addr())
+	}
 }
 
 // printPlan writes plan as aligned "key: value" lines.

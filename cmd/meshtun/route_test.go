@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -119,6 +122,97 @@ func TestRouteCommand(t *testing.T) {
 			for _, d := range tt.dont {
 				if strings.Contains(out.String(), d) {
 					t.Errorf("output contains %q:\n%s", d, out.String())
+				}
+			}
+		})
+	}
+}
+
+// route --admin prints, for a running gateway's admin handler, exactly
+// what route --config prints for the same config, with the same status.
+func TestRouteAdmin(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(path, []byte(routeConfig(t, dir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, _, err := check(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.AdminHandler())
+	t.Cleanup(srv.Close)
+	admin := strings.TrimPrefix(srv.URL, "http://")
+
+	run := func(args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		code := runMain(append([]string{"route"}, args...), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	for _, dst := range [][]string{
+		{"10.96.0.10:80"}, {"10.96.0.10:80", "--endpoint", "1"}, {"10.96.0.10:80", "--endpoint", "3"},
+		{"10.96.0.10:81"}, {"10.96.0.20:5432"}, {"10.244.2.5:9000"}, {"10.244.2.77:443"},
+		{"[fd00:10:244:2::9]:80"}, {"172.16.0.1:80"},
+	} {
+		t.Run(strings.Join(dst, " "), func(t *testing.T) {
+			fileCode, fileOut, fileErr := run(append([]string{"--config", path}, dst...)...)
+			adminCode, adminOut, adminErr := run(append([]string{"--admin", admin}, dst...)...)
+			if fileErr != "" || adminErr != "" {
+				t.Fatalf("stderr: --config %q, --admin %q", fileErr, adminErr)
+			}
+			if fileOut == "" || adminOut != fileOut || adminCode != fileCode {
+				t.Errorf("--admin (exit %d):\n%s\n--config (exit %d):\n%s", adminCode, adminOut, fileCode, fileOut)
+			}
+		})
+	}
+
+	// Answers that are not a plan.
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(notFound.Close)
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/route" || r.URL.Query().Get("dst") != "10.96.0.10:80" || r.URL.Query().Get("endpoint") != "0" {
+			http.Error(w, "unexpected request "+r.URL.String(), http.StatusTeapot)
+			return
+		}
+		w.Write([]byte(`{"destination": "10.96.0.10:80", "kind": `))
+	}))
+	t.Cleanup(broken.Close)
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "route: something broke", http.StatusInternalServerError)
+	}))
+	t.Cleanup(failing.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	host := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string // substrings of stderr
+	}{
+		{"both --admin and --config", []string{"--admin", admin, "--config", path, "10.96.0.10:80"}, []string{"--admin and --config exclude each other"}},
+		{"--config after the destination, too", []string{"--admin", admin, "10.96.0.10:80", "--config", path}, []string{"--admin and --config exclude each other"}},
+		{"no port", []string{"--admin", "127.0.0.1", "10.96.0.10:80"}, []string{`--admin "127.0.0.1": not host:port`}},
+		{"a URL", []string{"--admin", "http://127.0.0.1:15000", "10.96.0.10:80"}, []string{`--admin "http://127.0.0.1:15000"`}},
+		{"port out of range", []string{"--admin", "127.0.0.1:99999", "10.96.0.10:80"}, []string{`port "99999" is not a number from 1 to 65535`}},
+		{"empty", []string{"--admin", "", "10.96.0.10:80"}, []string{`--admin "": not host:port`}},
+		{"listener down", []string{"--admin", down, "10.96.0.10:80"}, []string{"admin listener " + down + ": cannot ask it", "connection refused"}},
+		{"404", []string{"--admin", host(notFound), "10.96.0.10:80"}, []string{"admin listener " + host(notFound) + ": GET /route answered 404 Not Found (not a meshtun admin listener"}},
+		{"500", []string{"--admin", host(failing), "10.96.0.10:80"}, []string{"admin listener " + host(failing) + ": GET /route answered 500 Internal Server Error: route: something broke"}},
+		{"not a plan", []string{"--admin", host(broken), "10.96.0.10:80"}, []string{"admin listener " + host(broken) + ": the answer to GET /route is not a plan"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := run(tt.args...)
+			if code != 2 || stdout != "" {
+				t.Errorf("exit %d, stdout %q; want 2 and nothing", code, stdout)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not contain %q:\n%s", w, stderr)
 				}
 			}
 		})
