@@ -402,10 +402,10 @@ func TestBrokenPairRefused(t *testing.T) {
 	cases := []struct {
 		name              string
 		cert, key, bundle []byte
-		why               string // in Stats.LastError
+		why               string // in Stats.LastError, and in no earlier case's error
 	}{
 		{"key of another certificate", other.cert, good.key, c.PEM(), "private key does not match"},
-		{"unparsable certificate", []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"), good.key, c.PEM(), opts.CertFile},
+		{"unparsable certificate", []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"), good.key, c.PEM(), "PEM data in certificate input"},
 		{"unparsable trust bundle", good.cert, good.key, []byte("garbage"), opts.TrustBundleFile},
 		{"no SPIFFE ID", noSPIFFE.cert, noSPIFFE.key, c.PEM(), "no spiffe:// URI SAN"},
 		{"other trust domain", foreign.cert, foreign.key, foreignCA.PEM(), `not in trust domain "cluster.local"`},
