@@ -29,6 +29,9 @@ var allowed = map[string]struct {
 	// rpc status is the type of xDS's error_detail.
 	"mesh": {nil, []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc",
 		"istio.io/api/security/v1alpha1", "istio.io/istio/pkg/workloadapi", "github.com/envoyproxy/go-control-plane/envoy"}},
+
+	// certfile watches the directories of the certificate files.
+	"hbone/certfile": {[]string{"hbone", "identity"}, []string{"github.com/fsnotify/fsnotify", "github.com/hashicorp/go-hclog"}},
 }
 
 func TestPackageDependencies(t *testing.T) {

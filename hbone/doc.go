@@ -2,7 +2,7 @@
 // CONNECT stream per proxied TCP connection, over mutual TLS 1.3 whose peers
 // are named by SPIFFE IDs in their certificates' URI SANs.
 //
-// It owns the TLS identity rules (tls.go, identity.go), the client side (a
+// It owns the TLS identity rules (tls.go), the client side (a
 // Pool of HTTP/2 connections, one ClientStream per flow) and the server
 // side (Server: accept, parse and check the CONNECT, hand the Request to a
 // handler). It knows nothing of meshtun's config, TUN or gateway: callers
@@ -10,6 +10,20 @@
 // (its last section maps each rule to its test: tls_test.go,
 // client_*_test.go, pool_test.go, server_*_test.go); the interop package
 // checks both sides against Node.js's nghttp2.
+//
+// Certificates: PoolOptions and ServerOptions take either a fixed
+// Certificate and Roots or a CertSource (source.go), whose Current is
+// read once per new connection: by the pool before each dial, by the
+// server in GetConfigForClient at each handshake (the roots that verify
+// the peer come from the same read). A swap thus reaches every new
+// connection at once and no open one. A source with no usable
+// certificate (none yet, expired, no roots) fails new handshakes with
+// ErrNoCertificate, counted in PoolStats.DialsFailed and
+// ServerStats.HandshakeFailures. The pool key's source identity is the
+// SPIFFE ID of the certificate in force when a flow starts, so flows
+// after an identity change get connections of their own. Sources:
+// mesh.CertManager (Istio's CA) and hbone/certfile (files, reloaded when
+// they change).
 //
 // Ending a stream, both sides alike (docs/hbone.md, "Ending a stream"):
 //

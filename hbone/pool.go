@@ -4,7 +4,11 @@ package hbone
 //
 //  1. A connection belongs to exactly one key (source identity, sorted
 //     expected identities, HBONE address, source IP) and only carries
-//     streams whose request has that key. Keys are never mixed.
+//     streams whose request has that key. Keys are never mixed. The
+//     source identity is the SPIFFE ID of the certificate in force when
+//     the flow starts, and a dial uses a certificate of that identity or
+//     fails, so flows after an identity change never ride a connection
+//     made under the old one.
 //  2. A connection carries at most pc.maxStreams streams at once:
 //     min(PoolOptions.MaxStreamsPerConn, the peer's initial
 //     SETTINGS_MAX_CONCURRENT_STREAMS). pc.inflight counts them; a slot is
@@ -49,8 +53,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/meshtun/meshtun/identity"
 )
 
 // Defaults of PoolOptions.
@@ -82,10 +84,19 @@ var ErrPoolClosed = errors.New("hbone: pool closed")
 // PoolOptions configure a Pool. Zero values take the documented defaults.
 type PoolOptions struct {
 	// Certificate is our chain and key; the SPIFFE ID of its leaf is the
-	// source identity. Required.
+	// source identity. Required unless Source is set.
 	Certificate tls.Certificate
-	// Roots is the trust bundle servers must chain to. Required.
+	// Roots is the trust bundle servers must chain to. Required unless
+	// Source is set.
 	Roots *x509.CertPool
+	// Source, if set, supplies our certificate and the trust bundle
+	// instead of Certificate and Roots (set one or the other). Each new
+	// connection takes what it holds at that moment; open connections
+	// keep what they were made with. The SPIFFE ID of the certificate in
+	// force when a flow starts is the source identity of its pool key
+	// (invariant 1). While it holds no usable certificate, Connect fails
+	// with an error wrapping ErrNoCertificate, counted in DialsFailed.
+	Source CertSource
 	// MaxStreamsPerConn caps the streams of one connection; the effective
 	// cap is min(this, the peer's SETTINGS_MAX_CONCURRENT_STREAMS).
 	// Default DefaultMaxStreamsPerConn.
@@ -127,7 +138,7 @@ type PoolStats struct {
 	ConnsOpened   uint64 // connections set up successfully since NewPool
 	ConnsOpen     int    // connections currently held, draining ones included
 	StreamsOpen   int    // streams currently open (or being opened) on them
-	DialsFailed   uint64 // connection attempts that failed (TCP, TLS, or the peer's first SETTINGS)
+	DialsFailed   uint64 // connection attempts that failed (no certificate of ours, TCP, TLS, or the peer's first SETTINGS)
 	StreamsOpened uint64 // CONNECT streams that got 200
 	StreamsFailed uint64 // CONNECTs that got another status, a reset, or no answer
 }
@@ -136,7 +147,8 @@ type PoolStats struct {
 // stream per flow. It is safe for concurrent use. Close ends it.
 type Pool struct {
 	opts     PoolOptions
-	srcID    string
+	src      CertSource
+	srcID    atomic.Pointer[poolSourceID] // identity of the certificate last seen
 	log      hclog.Logger
 	ctx      context.Context // cancelled by Close; parent of dials and streams
 	cancel   context.CancelFunc
@@ -152,6 +164,13 @@ type Pool struct {
 	keys        map[poolKey]*poolEntry
 	opened      uint64
 	dialsFailed uint64
+}
+
+// poolSourceID remembers the SPIFFE ID of one certificate of the
+// source, so that a flow does not parse the leaf again.
+type poolSourceID struct {
+	cert *tls.Certificate
+	id   string
 }
 
 // poolKey is invariant 1's key. ids is the sorted expected identities
@@ -195,24 +214,20 @@ type poolConn struct {
 
 // NewPool checks opts, fills in defaults and returns a running pool.
 func NewPool(opts PoolOptions) (*Pool, error) {
-	if len(opts.Certificate.Certificate) == 0 {
-		return nil, errors.New("hbone: pool: no certificate")
-	}
-	if opts.Roots == nil {
-		return nil, errors.New("hbone: pool: no trust roots")
-	}
-	leaf := opts.Certificate.Leaf
-	if leaf == nil {
-		var err error
-		if leaf, err = x509.ParseCertificate(opts.Certificate.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("hbone: pool: certificate: %w", err)
+	src := opts.Source
+	switch {
+	case src != nil && (len(opts.Certificate.Certificate) > 0 || opts.Roots != nil):
+		return nil, errors.New("hbone: pool: Source set together with Certificate or Roots (use one or the other)")
+	case src == nil:
+		static, err := newStaticSource(opts.Certificate, opts.Roots)
+		if err != nil {
+			return nil, fmt.Errorf("hbone: pool: %w", err)
 		}
+		if _, err := certIdentity(static.cert); err != nil {
+			return nil, fmt.Errorf("hbone: pool: Certificate: %w", err)
+		}
+		src = static
 	}
-	id, err := identity.FromCertificate(leaf)
-	if err != nil {
-		return nil, fmt.Errorf("hbone: pool: certificate: %w", err)
-	}
-	src := id.String()
 	if opts.MaxStreamsPerConn <= 0 {
 		opts.MaxStreamsPerConn = DefaultMaxStreamsPerConn
 	}
@@ -240,7 +255,7 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		opts:   opts,
-		srcID:  src,
+		src:    src,
 		log:    opts.Logger.Named("pool"),
 		ctx:    ctx,
 		cancel: cancel,
@@ -252,12 +267,34 @@ func NewPool(opts PoolOptions) (*Pool, error) {
 	return p, nil
 }
 
-// keyFor computes invariant 1's key of req.
+// keyFor computes invariant 1's key of req. With no usable certificate
+// in force the source identity is "", a key no connection ever has: the
+// flow dials, and the dial fails with the reason.
 func (p *Pool) keyFor(req *ConnectRequest) poolKey {
 	ids := slices.Clone(req.Identities)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	return poolKey{src: p.srcID, ids: strings.Join(ids, "\n"), addr: req.Address, srcIP: req.SourceIP}
+	var src string
+	if cert, _, err := inForce(p.src, time.Now()); err == nil {
+		src, _ = p.sourceID(cert)
+	}
+	return poolKey{src: src, ids: strings.Join(ids, "\n"), addr: req.Address, srcIP: req.SourceIP}
+}
+
+// sourceID is the SPIFFE ID of cert, one of the source's certificates.
+func (p *Pool) sourceID(cert *tls.Certificate) (string, error) {
+	last := p.srcID.Load()
+	if last != nil && last.cert == cert {
+		return last.id, nil
+	}
+	id, err := certIdentity(cert)
+	if err != nil {
+		return "", fmt.Errorf("our certificate: %w", err)
+	}
+	if p.srcID.CompareAndSwap(last, &poolSourceID{cert: cert, id: id}) && last != nil && last.id != id {
+		p.log.Info("source identity changed; new flows use new connections", "from", last.id, "to", id)
+	}
+	return id, nil
 }
 
 // acquire returns a connection of key with a slot taken for one stream,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // dial sets up one connection for key: TCP, TLS (the server must present
@@ -57,11 +58,23 @@ func (p *Pool) dial(key poolKey, ids []string) (*poolConn, error) {
 	return pc, nil
 }
 
-// dialTLS opens the TCP connection and completes the TLS handshake.
+// dialTLS opens the TCP connection and completes the TLS handshake with
+// the certificate in force, which must still be of key's source identity.
 func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*tls.Conn, *batchConn, error) {
+	cert, roots, err := inForce(p.src, time.Now())
+	if err != nil {
+		return nil, nil, err
+	}
+	src, err := p.sourceID(cert)
+	if err != nil {
+		return nil, nil, err
+	}
+	if src != key.src {
+		// The identity changed between the flow's start and this dial.
+		return nil, nil, fmt.Errorf("our identity changed to %s since the flow started as %q; try again", src, key.src)
+	}
 	addr := key.addr.String()
 	var raw net.Conn
-	var err error
 	if p.opts.Dial != nil {
 		raw, err = p.opts.Dial(ctx, "tcp", addr)
 	} else {
@@ -75,7 +88,7 @@ func (p *Pool) dialTLS(ctx context.Context, key poolKey, ids []string) (*tls.Con
 		return nil, nil, fmt.Errorf("tcp (is HBONE port %d reachable?): %w", key.addr.Port(), err)
 	}
 	bc := newBatchConn(raw)
-	tc := tls.Client(bc, ClientConfig(p.opts.Certificate, p.opts.Roots, ids))
+	tc := tls.Client(bc, ClientConfig(*cert, roots, ids))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, nil, fmt.Errorf("tls: %w", err)

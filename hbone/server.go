@@ -54,10 +54,19 @@ const (
 // defaults.
 type ServerOptions struct {
 	// Certificate is the server's certificate chain and key; its leaf
-	// carries the gateway's SPIFFE ID.
+	// carries the gateway's SPIFFE ID. Required unless Source is set.
 	Certificate tls.Certificate
 	// Roots is the trust bundle client certificates must chain to.
+	// Required unless Source is set.
 	Roots *x509.CertPool
+	// Source, if set, supplies the certificate and the trust bundle
+	// instead of Certificate and Roots (set one or the other). Each TLS
+	// handshake takes what it holds at that moment: connections accepted
+	// after a swap present the new certificate and check clients against
+	// the new roots; open connections keep what they were made with. While
+	// it holds no usable certificate, handshakes fail (HandshakeFailures)
+	// with an error wrapping ErrNoCertificate.
+	Source CertSource
 	// TrustDomain: clients must present a SPIFFE ID in it.
 	TrustDomain string
 	// Handler is called once per valid CONNECT, in its own goroutine. It
@@ -116,11 +125,17 @@ type Server struct {
 // NewServer checks opts and makes a Server.
 func NewServer(opts ServerOptions) (*Server, error) {
 	var errs []error
-	if opts.Certificate.PrivateKey == nil || len(opts.Certificate.Certificate) == 0 {
-		errs = append(errs, errors.New("Certificate: missing certificate or key"))
-	}
-	if opts.Roots == nil {
-		errs = append(errs, errors.New("Roots: missing trust bundle"))
+	src := opts.Source
+	switch {
+	case src != nil && (len(opts.Certificate.Certificate) > 0 || opts.Roots != nil):
+		errs = append(errs, errors.New("Source: set together with Certificate or Roots (use one or the other)"))
+	case src == nil:
+		static, err := newStaticSource(opts.Certificate, opts.Roots)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			src = static
+		}
 	}
 	if opts.TrustDomain == "" {
 		errs = append(errs, errors.New("TrustDomain: missing"))
@@ -145,7 +160,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	return &Server{
 		opts:             opts,
-		tlsConf:          ServerConfig(opts.Certificate, opts.Roots, opts.TrustDomain),
+		tlsConf:          sourceServerConfig(src, opts.TrustDomain),
 		log:              opts.Logger,
 		handshakeTimeout: srvHandshakeTimeout,
 		pingAfter:        opts.pingAfter,
@@ -277,7 +292,11 @@ func (s *Server) serveConn(raw net.Conn) {
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
-		log.Debug("TLS handshake failed", "error", err)
+		if errors.Is(err, ErrNoCertificate) {
+			log.Warn("TLS handshake refused: we hold no certificate", "error", err)
+		} else {
+			log.Debug("TLS handshake failed", "error", err)
+		}
 		if sc.ctx.Err() == nil { // not our own Close
 			s.handshakeFailures.Add(1)
 		}

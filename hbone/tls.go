@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/meshtun/meshtun/identity"
 )
@@ -89,6 +90,27 @@ func ServerConfig(cert tls.Certificate, roots *x509.CertPool, trustDomain string
 				return fmt.Errorf("%w: %s is not in %s", ErrForeignDomain, id, trustDomain)
 			}
 			return nil
+		},
+	}
+}
+
+// sourceServerConfig is ServerConfig over a CertSource: each handshake
+// takes the certificate and roots src holds at that moment (through
+// GetConfigForClient), so connections accepted after a swap present the
+// new certificate and verify clients against the new roots, and open
+// connections are not touched. While src holds no usable certificate,
+// handshakes fail with an error wrapping ErrNoCertificate.
+func sourceServerConfig(src CertSource, trustDomain string) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		MaxVersion: tls.VersionTLS13,
+		NextProtos: []string{ALPN},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			cert, roots, err := inForce(src, time.Now())
+			if err != nil {
+				return nil, err
+			}
+			return ServerConfig(*cert, roots, trustDomain), nil
 		},
 	}
 }
