@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/netstack"
 )
 
@@ -109,6 +110,8 @@ type metrics struct {
 	pool   atomic.Pointer[hbone.Pool]
 	server atomic.Pointer[hbone.Server]
 	stack  atomic.Pointer[netstack.Stack]
+	xds    atomic.Pointer[mesh.XDSClient]
+	ca     atomic.Pointer[mesh.CertManager]
 }
 
 // labelIndex is what labels are looked up in, for one config.

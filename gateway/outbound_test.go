@@ -118,7 +118,8 @@ identity = %q
 	if e.a, err = New(cfg, log); err != nil {
 		t.Fatal(err)
 	}
-	opts := e.a.poolOptions()
+	cert, roots, _ := e.a.certificate()
+	opts := e.a.poolOptions(cert, roots)
 	opts.Control = nil // the bypass mark needs CAP_NET_ADMIN, and there is no TUN to bypass
 	if e.a.pool, err = hbone.NewPool(opts); err != nil {
 		t.Fatal(err)

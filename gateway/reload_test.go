@@ -81,9 +81,10 @@ func newReloadEnv(t *testing.T, policies string) *reloadEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cert, roots, _ := e.g.certificate()
 	srv, err := hbone.NewServer(hbone.ServerOptions{
-		Certificate: e.g.cert,
-		Roots:       e.g.roots,
+		Certificate: cert,
+		Roots:       roots,
 		TrustDomain: "cluster.local",
 		Handler:     e.g.handleInbound,
 	})
