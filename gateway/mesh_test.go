@@ -1,0 +1,179 @@
+package gateway
+
+import (
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/mesh"
+)
+
+func meshDenyPort(name string, port uint16) config.Policy {
+	return config.Policy{Name: name, Action: "deny", Source: config.SourceXDS, Rules: []config.Rule{{DestinationPorts: []uint16{port}}}}
+}
+
+// An xDS update goes through the reload's swap: an open inbound
+// connection its new policy denies is closed, the others stay, new ones
+// are refused; a later reload of the file keeps the mesh's entries.
+func TestApplyMeshClosesDeniedOpenFlows(t *testing.T) {
+	e := newReloadEnv(t, "")
+	denied, kept := echo(t), echo(t)
+	sd, err := e.connect(denied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sd.Close()
+	sk, err := e.connect(kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sk.Close()
+	for _, s := range []*hbone.ClientStream{sd, sk} {
+		if err := ping(s, "before"); err != nil {
+			t.Fatalf("before the update: %v", err)
+		}
+	}
+	if st := e.g.MeshStats(); st.Ready || st.Updates != 0 {
+		t.Fatalf("MeshStats before any update = %+v", st)
+	}
+
+	e.g.ApplyMesh(mesh.State{Ready: true, Policies: []config.Policy{meshDenyPort("ns/close-it", denied.Port())}})
+
+	readErr := make(chan error, 1)
+	go func() { _, err := io.ReadAll(sd); readErr <- err }()
+	select {
+	case err := <-readErr:
+		t.Logf("denied flow ended: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the denied flow is still open 10s after the update")
+	}
+	if err := ping(sk, "after"); err != nil {
+		t.Fatalf("the allowed flow after the update: %v", err)
+	}
+	refused := func(when string) {
+		t.Helper()
+		if s, err := e.connect(denied); err == nil {
+			s.Close()
+			t.Fatalf("%s: a new flow to the denied target was accepted", when)
+		} else if !strings.Contains(err.Error(), "401") {
+			t.Fatalf("%s: new flow to the denied target: %v, want a 401", when, err)
+		}
+	}
+	refused("after the update")
+	if st := e.g.MeshStats(); !st.Ready || st.Updates != 1 || st.Clashes != 0 || st.Rejected != 0 {
+		t.Errorf("MeshStats = %+v", st)
+	}
+	select {
+	case <-e.g.meshReady:
+	default:
+		t.Error("meshReady not closed by a complete state")
+	}
+
+	// A reload of the file merges again with the mesh's state.
+	changed, _ := e.reload(denyPort("file-policy", 1))
+	if !slices.Equal(changed, []string{"policies"}) {
+		t.Fatalf("Reload changed %v", changed)
+	}
+	names := []string{}
+	for _, p := range e.g.snapshot().cfg.Policies {
+		names = append(names, p.Name+"/"+config.SourceOf(p.Source))
+	}
+	if !slices.Equal(names, []string{"file-policy/file", "ns/close-it/xds"}) {
+		t.Errorf("policies in force after the reload: %v", names)
+	}
+	refused("after the reload")
+	if err := ping(sk, "after the reload"); err != nil {
+		t.Fatalf("the allowed flow after the reload: %v", err)
+	}
+
+	// The mesh drops its policy: the target is reachable again.
+	e.g.ApplyMesh(mesh.State{Ready: true})
+	s, err := e.connect(denied)
+	if err != nil {
+		t.Fatalf("after the mesh dropped its policy: %v", err)
+	}
+	defer s.Close()
+	if err := ping(s, "again"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On a clash the file's entry wins; the mesh's is dropped, logged once
+// and counted. The node's own addresses join hbone.serve.
+func TestApplyMeshFileWins(t *testing.T) {
+	e := newReloadEnv(t, `
+[[workloads]]
+name = "web"
+namespace = "default"
+addresses = ["10.0.0.5"]
+
+[[services]]
+name = "web"
+namespace = "default"
+vips = ["10.96.0.1"]
+ports = { 80 = 8080 }
+endpoints = ["default/web"]
+`+denyPort("ns/p", 9))
+	ad := netip.MustParseAddr
+	xw := func(name, addr string) config.Workload {
+		return config.Workload{Name: name, Namespace: "mesh", ServiceAccount: name, Protocol: "HBONE", Source: config.SourceXDS, Network: "net-1",
+			Addresses: []netip.Addr{ad(addr)}, HBONEAddress: netip.AddrPortFrom(ad(addr), 15008), Identity: "spiffe://cluster.local/ns/mesh/sa/" + name}
+	}
+	self := xw("node-b", "127.0.0.2")
+	st := mesh.State{
+		Ready:     true,
+		Network:   "net-1",
+		Self:      &self,
+		Workloads: []config.Workload{xw("imposter", "10.0.0.5"), xw("db", "10.0.0.6"), self},
+		Services: []config.Service{
+			{Name: "shadow", Namespace: "mesh", VIPs: []netip.Addr{ad("10.96.0.1")}, Ports: map[uint16]uint16{80: 80}, Endpoints: []string{"mesh/db"}, Source: config.SourceXDS},
+			{Name: "db", Namespace: "mesh", VIPs: []netip.Addr{ad("10.96.0.2")}, Ports: map[uint16]uint16{5432: 5432}, Endpoints: []string{"mesh/db"}, Source: config.SourceXDS},
+		},
+		Policies:   []config.Policy{meshDenyPort("ns/p", 1), meshDenyPort("ns/q", 2)},
+		Rejections: []mesh.Rejection{{Name: "bad", Reason: "address of 3 bytes"}},
+	}
+	e.g.ApplyMesh(st)
+	e.g.ApplyMesh(st) // the same problems are not logged twice
+
+	if ms := e.g.MeshStats(); ms.Clashes != 3 || ms.Rejected != 1 || ms.Updates != 2 {
+		t.Errorf("MeshStats = %+v, want 3 clashes and 1 rejection", ms)
+	}
+	r := e.g.Router()
+	for dst, want := range map[string]string{
+		"10.0.0.5:80":    "workload default/web",
+		"10.0.0.6:80":    "workload mesh/db",
+		"10.96.0.1:80":   "service default/web",
+		"10.96.0.2:5432": "service mesh/db",
+	} {
+		if p := r.Route(netip.MustParseAddrPort(dst), nil); p.Via != want {
+			t.Errorf("%s routed via %q, want %q (%s)", dst, p.Via, want, p)
+		}
+	}
+	cfg := e.g.snapshot().cfg
+	var pols []string
+	for _, p := range cfg.Policies {
+		pols = append(pols, p.Name+":"+config.SourceOf(p.Source))
+	}
+	if !slices.Equal(pols, []string{"ns/p:file", "ns/q:xds"}) {
+		t.Errorf("policies in force: %v", pols)
+	}
+	if !slices.Contains(cfg.HBONE.Serve, netip.MustParsePrefix("127.0.0.2/32")) || cfg.Network != "net-1" {
+		t.Errorf("serve %v, network %q: want the node's own address and network", cfg.HBONE.Serve, cfg.Network)
+	}
+	if !slices.Equal(e.g.file.HBONE.Serve, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}) {
+		t.Errorf("the file's config was changed: serve %v", e.g.file.HBONE.Serve)
+	}
+	for _, want := range []string{"workload mesh/imposter", "service mesh/shadow", "policy ns/p"} {
+		if n := len(e.logs.lines(want)); n != 1 {
+			t.Errorf("%d log lines about the clash of %s, want 1", n, want)
+		}
+	}
+	if n := len(e.logs.lines("address of 3 bytes")); n != 1 {
+		t.Errorf("%d log lines about the rejection, want 1", n)
+	}
+}
