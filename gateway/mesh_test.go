@@ -2,11 +2,15 @@ package gateway
 
 import (
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
@@ -176,4 +180,98 @@ endpoints = ["default/web"]
 	if n := len(e.logs.lines("address of 3 bytes")); n != 1 {
 		t.Errorf("%d log lines about the rejection, want 1", n)
 	}
+}
+
+// From istiod's resources to a relayed flow: mesh.Convert's entries on
+// both gateways. B's own workload (a WorkloadEntry at 127.0.0.2) widens
+// what B serves; A reaches it through its waypoint (at B's HBONE port,
+// the only way to name a loopback test port in the mesh's terms), with
+// the original destination as :authority; a workload of another network
+// is refused and counted.
+func TestApplyMeshConvertedEndToEnd(t *testing.T) {
+	e := newOutboundEnv(t, "")
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no 127.0.0.2 on loopback: %v", err)
+	}
+	ln.Close()
+	target := echoOn(t, "127.0.0.2:0")
+
+	ip := func(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
+	wl := func(w *workloadapi.Workload) *workloadapi.Address {
+		return &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: w}}
+	}
+	snap := mesh.Snapshot{AddressesReady: true, AuthorizationsReady: true, Addresses: map[string]*workloadapi.Address{
+		"vm-b": wl(&workloadapi.Workload{Name: "node-b", Namespace: "meshtun", ServiceAccount: "node-b", Addresses: [][]byte{ip("127.0.0.2")},
+			TunnelProtocol: workloadapi.TunnelProtocol_HBONE,
+			Waypoint: &workloadapi.GatewayAddress{HboneMtlsPort: uint32(e.addr.Port()),
+				Destination: &workloadapi.GatewayAddress_Address{Address: &workloadapi.NetworkAddress{Address: ip("127.0.0.1")}}}}),
+		"wp": wl(&workloadapi.Workload{Name: "waypoint", Namespace: "meshtun", ServiceAccount: "node-b", Addresses: [][]byte{ip("127.0.0.1")},
+			TunnelProtocol: workloadapi.TunnelProtocol_HBONE}),
+		"far": wl(&workloadapi.Workload{Name: "far", Namespace: "meshtun", Addresses: [][]byte{ip("127.0.0.3")},
+			TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2"}),
+	}}
+	nodeB := mesh.Node{Name: "node-b", Namespace: "meshtun", ServiceAccount: "node-b", InstanceIPs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}
+	nodeA := mesh.Node{Name: "node-a", Namespace: "meshtun", ServiceAccount: "node-a", InstanceIPs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}}
+	stB := mesh.Convert(snap, nodeB)
+	if stB.Self == nil || len(stB.Rejections) != 0 {
+		t.Fatalf("B's state: self %+v, rejections %v", stB.Self, stB.Rejections)
+	}
+	e.g.ApplyMesh(stB)
+	e.a.ApplyMesh(mesh.Convert(snap, nodeA))
+
+	p := e.a.Router().Route(target, nil)
+	if p.Kind != HBONE || p.HBONEAddress != e.addr || p.Target != target || p.Waypoint != "127.0.0.1" || !slices.Equal(p.Identities, []string{reloadServerID}) {
+		t.Fatalf("plan %s", p)
+	}
+	r := newFakeRequest(t, target)
+	e.a.serveOutbound(r)
+	if acc, rej := r.decisions(); acc != 1 || rej != 0 {
+		t.Fatalf("%d accepts, %d rejects; want 1, 0", acc, rej)
+	}
+	r.app.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.app.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(r.app, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("echo %q, %v", buf, err)
+	}
+	r.app.Close()
+	wantIn(t, accessLine(t, e.aLogs, target), "direction=outbound", "response_flags=-", "dst.hbone_addr="+e.addr.String())
+
+	far := netip.MustParseAddrPort("127.0.0.3:80")
+	rf := newFakeRequest(t, far)
+	e.a.serveOutbound(rf)
+	if acc, rej := rf.decisions(); acc != 0 || rej != 1 {
+		t.Fatalf("to another network: %d accepts, %d rejects; want 0, 1", acc, rej)
+	}
+	wantIn(t, accessLine(t, e.aLogs, far), "response_flags=NO_ROUTE", `network \"net-2\"`)
+	if n := e.a.MeshStats().OtherNetwork; n != 1 {
+		t.Errorf("MeshStats.OtherNetwork = %d, want 1", n)
+	}
+}
+
+// echoOn is echo on a given local address.
+func echoOn(t *testing.T, addr string) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
