@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/netip"
@@ -10,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/hbone/devca"
 	"github.com/meshtun/meshtun/mesh"
 )
 
@@ -274,4 +277,102 @@ func echoOn(t *testing.T, addr string) netip.AddrPort {
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+func meshOnConfig() *config.Config {
+	cfg := config.Default()
+	cfg.Gateway.Name = "node-b"
+	cfg.Mesh.XDSAddress = "istiod.istio-system.svc:15012"
+	cfg.Mesh.Namespace, cfg.Mesh.ServiceAccount = "meshtun", "node-b"
+	cfg.TLS = config.TLS{}
+	cfg.TUN.Name = ""
+	cfg.HBONE.Listen = "127.0.0.1:0"
+	cfg.Admin = config.Admin{}
+	return cfg
+}
+
+// With [mesh] on the gateway takes the CA's certificate, serves at once
+// and reports ready only after the first complete xDS state.
+func TestRunWaitsForMesh(t *testing.T) {
+	ca, err := devca.New("cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.KeyPair(reloadServerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Output: io.MultiWriter(logs, testWriter{t}), Level: hclog.Info})
+	cfg := meshOnConfig()
+
+	// No certificate yet: Run refuses to start.
+	g, err := New(cfg, log)
+	if err != nil {
+		t.Fatalf("New with the mesh on and no certificate: %v", err)
+	}
+	if err := g.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no certificate") {
+		t.Fatalf("Run without a certificate: %v", err)
+	}
+
+	g, err = NewWithOptions(cfg, log, Options{Certificate: &cert, Roots: ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Identity() != reloadServerID {
+		t.Errorf("Identity = %q", g.Identity())
+	}
+	other, err := ca.KeyPair("spiffe://cluster.local/ns/meshtun/sa/someone-else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetCertificate(other, ca.Pool()); err == nil {
+		t.Error("SetCertificate took a certificate of another identity")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(logs.lines("waiting for istiod's first complete xDS push")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not say it waits for the mesh")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log for a bounded time
+	}
+	g.ApplyMesh(mesh.State{}) // not complete yet
+	select {
+	case <-g.Ready():
+		t.Fatal("ready before a complete xDS state")
+	default:
+	}
+	g.ApplyMesh(mesh.State{Ready: true})
+	select {
+	case <-g.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready 10s after a complete xDS state")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestSetCertificateTrustDomain(t *testing.T) {
+	ca, err := devca.New("example.org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.KeyPair("spiffe://example.org/ns/meshtun/sa/node-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewWithOptions(meshOnConfig(), nil, Options{Certificate: &cert, Roots: ca.Pool()}); err == nil || !strings.Contains(err.Error(), "trust_domain") {
+		t.Fatalf("a certificate of another trust domain: %v", err)
+	}
 }

@@ -183,8 +183,12 @@ func (g *Gateway) ApplyMesh(st mesh.State) {
 		g.log.Error("mesh: resource not used", "resource", r)
 	}
 	checked, closed := g.swapLocked()
-	if st.Self == nil {
-		g.log.Warn("mesh: istiod sends no workload of this node (namespace and service account ours, an address among INSTANCE_IPS): inbound serves hbone.serve only, and no workload-selector policy applies")
+	var noSelf []string
+	if st.Self == nil && st.Ready {
+		noSelf = []string{"no workload of this node"}
+	}
+	if len(g.meshLog.fresh("self", noSelf)) > 0 {
+		g.log.Warn("mesh: istiod sends no workload of this node (namespace and service account ours, an address among INSTANCE_IPS): inbound serves hbone.serve only, the network is the default one, and no workload-selector policy applies")
 	}
 	g.log.Debug("mesh: applied", "generation", st.Generation, "workloads", len(st.Workloads), "services", len(st.Services),
 		"policies", len(st.Policies), "rejected", len(st.Rejections), "inbound_checked", checked, "inbound_closed", closed)
