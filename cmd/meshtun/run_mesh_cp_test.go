@@ -156,7 +156,6 @@ func (f *fakeIstiod) DeltaAggregatedResources(s discovery.AggregatedDiscoverySer
 	}
 }
 
-
 func (f *fakeIstiod) StreamAggregatedResources(discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	return fmt.Errorf("not served")
 }
