@@ -255,7 +255,7 @@ func TestApplyMeshConvertedEndToEnd(t *testing.T) {
 	}
 }
 
-// echoOn is echo on a given local address.
+// echoOn starts an echo server on addr and returns its address.
 func echoOn(t *testing.T, addr string) netip.AddrPort {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
