@@ -226,7 +226,8 @@ func (g *Gateway) Router() *Router { return g.snapshot().router }
 // readiness starts answering 200): the moment to tell a service manager.
 func (g *Gateway) Ready() <-chan struct{} { return g.readyCh }
 
-// Identity is the SPIFFE ID this gateway presents.
+// Identity is the SPIFFE ID this gateway presents ("" with the mesh on
+// until SetCertificate, which comes before Run).
 func (g *Gateway) Identity() string { return g.identity }
 
 // Run starts the gateway and blocks until ctx is cancelled, then drains
