@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/workloadapi"
+	"istio.io/istio/pkg/workloadapi/security"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
@@ -374,5 +376,157 @@ func TestSetCertificateTrustDomain(t *testing.T) {
 	}
 	if _, err := NewWithOptions(meshOnConfig(), nil, Options{Certificate: &cert, Roots: ca.Pool()}); err == nil || !strings.Contains(err.Error(), "trust_domain") {
 		t.Fatalf("a certificate of another trust domain: %v", err)
+	}
+}
+
+// istioMatches is ztunnel's rbac.rs reading of an Authorization, written
+// over Istio's own message: the reference the converted policy must agree
+// with.
+func istioMatches(a *security.Authorization, c AuthzConn) bool {
+	principal, ns := strings.TrimPrefix(c.Identity, "spiffe://"), ""
+	if parts := strings.Split(principal, "/"); len(parts) == 5 && parts[1] == "ns" && parts[3] == "sa" {
+		ns = parts[2]
+	}
+	str := func(m *security.StringMatch, v string) bool {
+		switch x := m.GetMatchType().(type) {
+		case *security.StringMatch_Exact:
+			return v == x.Exact
+		case *security.StringMatch_Prefix:
+			return strings.HasPrefix(v, x.Prefix)
+		case *security.StringMatch_Suffix:
+			return strings.HasSuffix(v, x.Suffix)
+		}
+		return v != ""
+	}
+	field := func(pos, neg int, match func(i int, neg bool) bool) bool {
+		any := func(n int, neg bool) bool {
+			for i := range n {
+				if match(i, neg) {
+					return true
+				}
+			}
+			return false
+		}
+		return (pos == 0 || any(pos, false)) && (neg == 0 || !any(neg, true))
+	}
+	pick := func(neg bool, a, b []*security.StringMatch) []*security.StringMatch {
+		if neg {
+			return b
+		}
+		return a
+	}
+	matchOne := func(m *security.Match) bool {
+		if isEmptyIstioMatch(m) {
+			return false
+		}
+		sa := func(s *security.ServiceAccountMatch) bool {
+			return ns == s.GetNamespace() && strings.HasSuffix(principal, "/sa/"+s.GetServiceAccount())
+		}
+		ip := func(as []*security.Address, v netip.Addr) func(int, bool) bool {
+			return func(i int, _ bool) bool {
+				x, _ := netip.AddrFromSlice(as[i].GetAddress())
+				p, _ := x.Prefix(int(as[i].GetLength()))
+				return p.Contains(v)
+			}
+		}
+		return field(len(m.GetPrincipals()), len(m.GetNotPrincipals()), func(i int, neg bool) bool {
+			return str(pick(neg, m.GetPrincipals(), m.GetNotPrincipals())[i], principal)
+		}) && field(len(m.GetNamespaces()), len(m.GetNotNamespaces()), func(i int, neg bool) bool {
+			return str(pick(neg, m.GetNamespaces(), m.GetNotNamespaces())[i], ns)
+		}) && field(len(m.GetServiceAccounts()), len(m.GetNotServiceAccounts()), func(i int, neg bool) bool {
+			if neg {
+				return sa(m.GetNotServiceAccounts()[i])
+			}
+			return sa(m.GetServiceAccounts()[i])
+		}) && field(len(m.GetSourceIps()), 0, ip(m.GetSourceIps(), c.Src)) && field(0, len(m.GetNotSourceIps()), ip(m.GetNotSourceIps(), c.Src)) &&
+			field(len(m.GetDestinationPorts()), len(m.GetNotDestinationPorts()), func(i int, neg bool) bool {
+				if neg {
+					return m.GetNotDestinationPorts()[i] == uint32(c.Dst.Port())
+				}
+				return m.GetDestinationPorts()[i] == uint32(c.Dst.Port())
+			})
+	}
+	for _, g := range a.GetGroups() {
+		all := true
+		for _, r := range g.GetRules() {
+			if len(r.GetMatches()) == 0 {
+				continue
+			}
+			some := false
+			for _, m := range r.GetMatches() {
+				some = some || matchOne(m)
+			}
+			all = all && some
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+func isEmptyIstioMatch(m *security.Match) bool {
+	return proto.Equal(m, &security.Match{})
+}
+
+// The expansion of Istio's AND-of-ORs into config's OR-of-ANDs decides as
+// ztunnel does, connection by connection.
+func TestConvertedPolicyDecidesAsIstio(t *testing.T) {
+	exact := func(s string) *security.StringMatch {
+		return &security.StringMatch{MatchType: &security.StringMatch_Exact{Exact: s}}
+	}
+	prefix := func(s string) *security.StringMatch {
+		return &security.StringMatch{MatchType: &security.StringMatch_Prefix{Prefix: s}}
+	}
+	cidr := func(s string) []*security.Address {
+		p := netip.MustParsePrefix(s)
+		return []*security.Address{{Address: p.Addr().AsSlice(), Length: uint32(p.Bits())}}
+	}
+	rules := func(ms ...[]*security.Match) *security.Group {
+		g := &security.Group{}
+		for _, m := range ms {
+			g.Rules = append(g.Rules, &security.Rules{Matches: m})
+		}
+		return g
+	}
+	policies := []*security.Authorization{
+		{Name: "from-a-or-b-to-80-or-from-net", Namespace: "ns", Groups: []*security.Group{rules(
+			[]*security.Match{{Namespaces: []*security.StringMatch{exact("a")}}, {ServiceAccounts: []*security.ServiceAccountMatch{{Namespace: "b", ServiceAccount: "web"}}}},
+			[]*security.Match{{DestinationPorts: []uint32{80}}, {SourceIps: cidr("10.1.0.0/16"), NotSourceIps: cidr("10.1.2.0/24")}},
+		)}},
+		{Name: "prefixes-and-nots", Namespace: "ns", Groups: []*security.Group{rules(
+			[]*security.Match{{Principals: []*security.StringMatch{prefix("cluster.local/ns/")}, NotPrincipals: []*security.StringMatch{exact("cluster.local/ns/a/sa/bad")}}},
+			[]*security.Match{{Principals: []*security.StringMatch{prefix("cluster.local/ns/a/")}}, {NotDestinationPorts: []uint32{22}, Namespaces: []*security.StringMatch{exact("b")}}},
+			[]*security.Match{},
+		), rules([]*security.Match{{DestinationPorts: []uint32{9999}}})}},
+	}
+	var conns []AuthzConn
+	for _, id := range []string{"spiffe://cluster.local/ns/a/sa/web", "spiffe://cluster.local/ns/a/sa/bad", "spiffe://cluster.local/ns/b/sa/web",
+		"spiffe://cluster.local/ns/b/sa/db", "spiffe://cluster.local/ns/c/sa/web", "spiffe://other.td/ns/a/sa/web"} {
+		for _, src := range []string{"10.1.0.1", "10.1.2.1", "10.2.0.1"} {
+			for _, port := range []uint16{22, 80, 443, 9999} {
+				conns = append(conns, AuthzConn{Identity: id, Src: netip.MustParseAddr(src), Dst: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), port)})
+			}
+		}
+	}
+	for _, a := range policies {
+		st := mesh.Convert(mesh.Snapshot{Authorizations: map[string]*security.Authorization{a.Name: a}}, mesh.Node{Namespace: "ns"})
+		if len(st.Policies) != 1 || len(st.Rejections) != 0 {
+			t.Fatalf("%s: converted to %+v, rejections %v", a.Name, st.Policies, st.Rejections)
+		}
+		az := NewAuthorizer(st.Policies)
+		allowed := 0
+		for _, c := range conns {
+			want := istioMatches(a, c)
+			if got := az.Authorize(c).Allow; got != want {
+				t.Errorf("%s: %+v allowed %v, ztunnel's reading says %v (rules %+v)", a.Name, c, got, want, st.Policies[0].Rules)
+			}
+			if want {
+				allowed++
+			}
+		}
+		if allowed == 0 || allowed == len(conns) {
+			t.Errorf("%s: %d of %d allowed: the cases do not tell", a.Name, allowed, len(conns))
+		}
 	}
 }
