@@ -176,18 +176,27 @@ func Convert(snap Snapshot, node Node) State {
 	seen := map[netip.Addr]string{}
 	msgs := map[string]*workloadapi.Workload{} // by namespace/name
 	kept := make([]config.Workload, 0, len(wls))
+	// Our network's workloads first: networks may reuse addresses
+	// (ztunnel keys workloads by network and address), and only ours can
+	// be routed to, so another network's workload at an address of ours
+	// is left out, not rejected.
+	slices.SortStableFunc(wls, func(a, b wl) int {
+		return boolOrder(a.cfg.Network != st.Network) - boolOrder(b.cfg.Network != st.Network)
+	})
 	for _, x := range wls {
 		w := x.cfg
 		key := w.Namespace + "/" + w.Name
-		if msgs[key] != nil {
-			reject(x.res, fmt.Errorf("workload %s: another workload of that namespace and name is held", key))
-			continue
-		}
 		clash := ""
 		for _, a := range w.Addresses {
 			if o, ok := seen[a]; ok {
 				clash = fmt.Sprintf("workload %s: address %s is also workload %s's", key, a, o)
 			}
+		}
+		if clash != "" && w.Network != st.Network {
+			continue
+		}
+		if msgs[key] != nil {
+			clash = fmt.Sprintf("workload %s: another workload of that namespace and name is held", key)
 		}
 		if clash != "" {
 			reject(x.res, errors.New(clash))
@@ -348,6 +357,13 @@ func applies(a *security.Authorization, namespace string, selected map[string]bo
 		return selected[a.GetNamespace()+"/"+a.GetName()]
 	}
 	return false
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -197,11 +197,18 @@ func TestConvertWithoutSelf(t *testing.T) {
 
 func TestConvertClashes(t *testing.T) {
 	snap := meshSnapshot()
-	snap.Addresses["dup"] = wlAddr(&workloadapi.Workload{Uid: "dup", Name: "dup", Namespace: "default",
+	snap.Addresses["dup"] = wlAddr(&workloadapi.Workload{Uid: "dup", Name: "dup", Namespace: "default", Network: "net-1",
 		Addresses: [][]byte{ip("10.1.0.1")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE})
 	snap.Addresses["default/web2.default.svc.cluster.local"] = svcAddr(&workloadapi.Service{Name: "web2", Namespace: "default", Hostname: "web2.default.svc.cluster.local",
 		Addresses: []*workloadapi.NetworkAddress{{Network: "net-1", Address: ip("10.96.0.10")}}, Ports: []*workloadapi.Port{{ServicePort: 80, TargetPort: 80}}})
+	// Another network may reuse an address: its workload is left out
+	// without a rejection.
+	snap.Addresses["overlap"] = wlAddr(&workloadapi.Workload{Uid: "overlap", Name: "a-overlap", Namespace: "default", Network: "net-2",
+		Addresses: [][]byte{ip("10.1.0.2")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE})
 	st := Convert(snap, convNode)
+	if w := find(st.Workloads, func(w config.Workload) string { return w.Name }, "web-2"); w == nil || w.Network != "net-1" {
+		t.Errorf("our network's workload at a reused address: %+v", w)
+	}
 	var names []string
 	for _, r := range st.Rejections {
 		names = append(names, r.Name)
