@@ -499,10 +499,13 @@ func TestConvertedPolicyDecidesAsIstio(t *testing.T) {
 			[]*security.Match{{Principals: []*security.StringMatch{prefix("cluster.local/ns/a/")}}, {NotDestinationPorts: []uint32{22}, Namespaces: []*security.StringMatch{exact("b")}}},
 			[]*security.Match{},
 		), rules([]*security.Match{{DestinationPorts: []uint32{9999}}})}},
+		{Name: "any-namespace-even-none", Namespace: "ns", Groups: []*security.Group{rules(
+			[]*security.Match{{Namespaces: []*security.StringMatch{prefix("")}, DestinationPorts: []uint32{443}}},
+		)}},
 	}
 	var conns []AuthzConn
 	for _, id := range []string{"spiffe://cluster.local/ns/a/sa/web", "spiffe://cluster.local/ns/a/sa/bad", "spiffe://cluster.local/ns/b/sa/web",
-		"spiffe://cluster.local/ns/b/sa/db", "spiffe://cluster.local/ns/c/sa/web", "spiffe://other.td/ns/a/sa/web"} {
+		"spiffe://cluster.local/ns/b/sa/db", "spiffe://cluster.local/ns/c/sa/web", "spiffe://other.td/ns/a/sa/web", "spiffe://cluster.local/no-namespace"} {
 		for _, src := range []string{"10.1.0.1", "10.1.2.1", "10.2.0.1"} {
 			for _, port := range []uint16{22, 80, 443, 9999} {
 				conns = append(conns, AuthzConn{Identity: id, Src: netip.MustParseAddr(src), Dst: netip.AddrPortFrom(netip.MustParseAddr("10.0.0.1"), port)})

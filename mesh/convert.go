@@ -555,10 +555,20 @@ func convertMatch(m *security.Match) (*config.Rule, error) {
 	}
 	var r config.Rule
 	var err error
-	conv := func(dst *[]string, in []*security.StringMatch, field string) {
+	// A prefix or suffix "" matches every value, the empty one too,
+	// which no config pattern says ("*" wants a value): in a list it
+	// makes the field hold whatever the value (no list), in a not_ list
+	// it makes the match impossible.
+	never := false
+	conv := func(dst *[]string, in []*security.StringMatch, field string, negative bool) {
+		all := false
 		for _, s := range in {
 			if err != nil {
 				return
+			}
+			if matchesAll(s) {
+				all = true
+				continue
 			}
 			var pat string
 			pat, err = pattern(s)
@@ -568,11 +578,17 @@ func convertMatch(m *security.Match) (*config.Rule, error) {
 			}
 			*dst = append(*dst, pat)
 		}
+		switch {
+		case all && negative:
+			never = true
+		case all:
+			*dst = nil
+		}
 	}
-	conv(&r.Namespaces, m.GetNamespaces(), "namespaces")
-	conv(&r.NotNamespaces, m.GetNotNamespaces(), "not_namespaces")
-	conv(&r.Principals, m.GetPrincipals(), "principals")
-	conv(&r.NotPrincipals, m.GetNotPrincipals(), "not_principals")
+	conv(&r.Namespaces, m.GetNamespaces(), "namespaces", false)
+	conv(&r.NotNamespaces, m.GetNotNamespaces(), "not_namespaces", true)
+	conv(&r.Principals, m.GetPrincipals(), "principals", false)
+	conv(&r.NotPrincipals, m.GetNotPrincipals(), "not_principals", true)
 	if err != nil {
 		return nil, err
 	}
@@ -629,10 +645,21 @@ func convertMatch(m *security.Match) (*config.Rule, error) {
 			*f.dst = append(*f.dst, uint16(p))
 		}
 	}
-	if isEmptyMatch(m) {
+	if never || isEmptyMatch(m) {
 		return nil, nil
 	}
 	return &r, nil
+}
+
+// matchesAll reports whether s matches every string, "" included.
+func matchesAll(s *security.StringMatch) bool {
+	switch m := s.GetMatchType().(type) {
+	case *security.StringMatch_Prefix:
+		return m.Prefix == ""
+	case *security.StringMatch_Suffix:
+		return m.Suffix == ""
+	}
+	return false
 }
 
 func isEmptyMatch(m *security.Match) bool {

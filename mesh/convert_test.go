@@ -287,6 +287,11 @@ func TestConvertPolicy(t *testing.T) {
 			[]*security.Match{{Principals: []*security.StringMatch{sm("prefix", "td/")}}},
 			[]*security.Match{{Principals: []*security.StringMatch{sm("suffix", "/sa/b")}}},
 		)), err: "cannot say both"},
+		{name: "an empty prefix matches every namespace, none too", in: policyOf(group([]*security.Match{{
+			Namespaces: []*security.StringMatch{sm("prefix", ""), sm("exact", "a")}, DestinationPorts: []uint32{80}}})),
+			want: []config.Rule{{DestinationPorts: []uint16{80}}}},
+		{name: "an empty suffix in a not_ list matches nothing", in: policyOf(group([]*security.Match{{
+			NotNamespaces: []*security.StringMatch{sm("suffix", "")}, DestinationPorts: []uint32{80}}})), want: nil},
 		{name: "a star in an exact match", in: policyOf(group([]*security.Match{{Principals: []*security.StringMatch{sm("exact", "a*")}}})), err: "wildcard"},
 		{name: "port out of range", in: policyOf(group([]*security.Match{{DestinationPorts: []uint32{70000}}})), err: "out of range"},
 		{name: "prefix too long", in: policyOf(group([]*security.Match{{SourceIps: []*security.Address{{Address: ip("10.0.0.0"), Length: 33}}}})), err: "not a prefix"},
