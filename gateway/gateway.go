@@ -162,9 +162,10 @@ func (g *Gateway) bundle(roots *x509.CertPool) (*x509.CertPool, error) {
 
 // SetCertificate gives the gateway its certificate (leaf first, with its
 // key) and the roots peers must chain to (tls.trust_bundle's are added):
-// with [mesh] on, the first one Istio's CA issued. It must be called
-// before Run; its SPIFFE ID must be in gateway.trust_domain and, once
-// set, stay the same.
+// with [mesh] on, the first one Istio's CA issued, before Run, then each
+// renewal. Its SPIFFE ID must be in gateway.trust_domain and stay the
+// same. HBONE's client and server take the certificate in force when Run
+// builds them (swapping it into them comes later).
 func (g *Gateway) SetCertificate(cert tls.Certificate, roots *x509.CertPool) error {
 	if len(cert.Certificate) == 0 {
 		return errors.New("gateway: certificate without a leaf")
@@ -189,10 +190,14 @@ func (g *Gateway) SetCertificate(cert tls.Certificate, roots *x509.CertPool) err
 	}
 	g.certMu.Lock()
 	defer g.certMu.Unlock()
-	if g.identity != "" && g.identity != id {
+	switch g.identity {
+	case id:
+	case "":
+		g.identity = id // once, before Run: read without the lock afterwards
+	default:
 		return fmt.Errorf("gateway: certificate: identity %s, but this gateway is %s", id, g.identity)
 	}
-	g.cert, g.roots, g.identity = &cert, roots, id
+	g.cert, g.roots = &cert, roots
 	return nil
 }
 

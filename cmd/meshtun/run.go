@@ -272,16 +272,46 @@ func meshNode(cfg *config.Config, hostAddrs func() ([]netip.Addr, error)) (mesh.
 	return n, nil
 }
 
-// meshClients are the mesh's CA and xDS clients of one run.
+// meshClients are the mesh's CA and xDS clients of one run, and the
+// goroutine that hands renewed certificates to the gateway (watch).
 type meshClients struct {
-	ca  *mesh.CertManager
-	xds *mesh.XDSClient
+	ca      *mesh.CertManager
+	xds     *mesh.XDSClient
+	watched chan struct{} // closed when watch has ended
 }
 
-// Close closes both clients.
+// Close closes both clients and waits for watch, which ends when the
+// CertManager closes its subscription.
 func (m *meshClients) Close() {
 	m.xds.Close()
 	m.ca.Close()
+	if m.watched != nil {
+		<-m.watched
+	}
+}
+
+// watch gives g each certificate the CertManager renews, so the
+// gateway's accessor holds the one in force. HBONE's client and server
+// keep the certificate they were built with until they can swap it, so
+// each renewal says so in the log.
+func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger) {
+	changed, _ := m.ca.Subscribe() // closed by m.ca.Close
+	m.watched = make(chan struct{})
+	go func() {
+		defer close(m.watched)
+		for range changed {
+			cert, roots, expiry := m.ca.Current()
+			if cert == nil {
+				log.Error("mesh: the certificate has expired and the CA has not issued a new one: new HBONE connections fail")
+				continue
+			}
+			if err := g.SetCertificate(*cert, roots); err != nil {
+				log.Error("mesh: renewed certificate refused", "error", err)
+				continue
+			}
+			log.Warn("mesh: certificate renewed; HBONE keeps the one it started with until a restart", "expiry", expiry)
+		}
+	}()
 }
 
 // startMesh starts the CA and xDS clients of [mesh] for g: each xDS update
@@ -356,5 +386,6 @@ func startMesh(ctx context.Context, cfg *config.Config, g *gateway.Gateway, log 
 		return nil, err
 	}
 	log.Info("mesh: certificate from Istio's CA", "identity", ca.Identity(), "expiry", expiry)
+	m.watch(g, log)
 	return m, nil
 }
