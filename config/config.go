@@ -35,6 +35,9 @@ const schemaVersion = 1
 //     refuses others.
 //   - reload:"apply" marks a key that a reload (SIGHUP) puts in force;
 //     any other key needs a restart.
+//   - toml:"-" (alone) is a field that is not a key: what the program sets
+//     from the mesh (an entry's Source, a workload's Network or Waypoint).
+//     A file that writes it gets an unknown-key error.
 type Config struct {
 	Version   int        `toml:"version,required"`
 	Gateway   Gateway    `toml:"gateway"`
@@ -49,6 +52,26 @@ type Config struct {
 	Workloads []Workload `toml:"workloads" reload:"apply"`
 	Services  []Service  `toml:"services" reload:"apply"`
 	Policies  []Policy   `toml:"policies" reload:"apply"`
+
+	// Network is this node's network in the mesh (its own workload's,
+	// from istiod); "" off the mesh. Workloads of another network are not
+	// routed to (no double HBONE yet).
+	Network string `toml:"-"`
+}
+
+// Where an entry of [[workloads]], [[services]] or [[policies]] came from
+// (their Source): the file, or istiod's xDS. "" reads as SourceFile.
+const (
+	SourceFile = "file"
+	SourceXDS  = "xds"
+)
+
+// SourceOf is src with "" read as SourceFile.
+func SourceOf(src string) string {
+	if src == "" {
+		return SourceFile
+	}
+	return src
 }
 
 // Gateway is the [gateway] table: who this gateway is.
@@ -245,6 +268,38 @@ type Workload struct {
 	HBONEAddress netip.AddrPort `toml:"hbone_address,derived"`
 	// Overrides the identity derived from namespace and service account.
 	Identity string `toml:"identity,derived"`
+
+	// From the mesh only (see Source).
+	//
+	// Network is the workload's network; one other than Config.Network
+	// is refused by routing.
+	Network string `toml:"-"`
+	// Waypoint, if set, receives every flow addressed to the workload.
+	Waypoint *Waypoint `toml:"-"`
+	// Unhealthy workloads are kept but are no service's endpoint.
+	Unhealthy bool `toml:"-"`
+	// Source is SourceFile ("") or SourceXDS.
+	Source string `toml:"-"`
+}
+
+// Waypoint is where flows to a workload or service with a waypoint go
+// instead, as ztunnel sends them: a CONNECT to one of Endpoints whose
+// :authority is the original destination. Name says what the waypoint is
+// ("namespace/hostname" of its service, or its address); a waypoint
+// istiod named but did not send has no Endpoints, and flows are denied.
+type Waypoint struct {
+	Name      string
+	Endpoints []WaypointEndpoint
+	// SubjectAltNames are the waypoint service's, accepted beside an
+	// endpoint's own identity.
+	SubjectAltNames []string
+}
+
+// WaypointEndpoint is one waypoint instance: its HBONE address and the
+// identity it must present.
+type WaypointEndpoint struct {
+	Address  netip.AddrPort
+	Identity string
 }
 
 // ExpectedIdentity is the SPIFFE ID w must present: Identity if set, else
@@ -266,6 +321,18 @@ type Service struct {
 	Ports           map[uint16]uint16 `toml:"ports,required"`    // service port → target port
 	Endpoints       []string          `toml:"endpoints"`         // workloads as "namespace/name"
 	SubjectAltNames []string          `toml:"subject_alt_names"` // extra identities accepted
+
+	// From the mesh only (see Source).
+	//
+	// EndpointPorts are an endpoint's own target ports ("namespace/name"
+	// → service port → target port), which win over Ports; a target
+	// port of 0 in Ports means "the endpoint's", and an endpoint without
+	// one serves no flow to that port (ztunnel's rule).
+	EndpointPorts map[string]map[uint16]uint16 `toml:"-"`
+	// Waypoint, if set, receives every flow to a VIP of the service.
+	Waypoint *Waypoint `toml:"-"`
+	// Source is SourceFile ("") or SourceXDS.
+	Source string `toml:"-"`
 }
 
 // Policy is one [[policies]] entry, ztunnel's L4 authorization model.
@@ -273,6 +340,8 @@ type Policy struct {
 	Name   string `toml:"name,required"`
 	Action string `toml:"action,required" values:"allow|deny"`
 	Rules  []Rule `toml:"rules"` // OR'ed
+	// Source is SourceFile ("") or SourceXDS.
+	Source string `toml:"-"`
 }
 
 // Rule is one [[policies.rules]] entry. Its fields are AND'ed; the entries of

@@ -80,6 +80,15 @@ func mustSchema(t reflect.Type) *tableSchema {
 		if !ok || tag == "" {
 			panic(fmt.Sprintf("config: %s.%s has no toml tag", t.Name(), f.Name))
 		}
+		if tag == "-" {
+			// Not a key: state the program sets (from the mesh), which
+			// the file cannot write, Dump does not show and Diff does
+			// not compare key by key.
+			if len(f.Tag) != len(`toml:"-"`) {
+				panic(fmt.Sprintf("config: %s.%s: toml:\"-\" takes no other tag", t.Name(), f.Name))
+			}
+			continue
+		}
 		name, opts, _ := strings.Cut(tag, ",")
 		k := key{name: name, field: i, typ: f.Type}
 		k.def, k.hasDef = f.Tag.Lookup("default")

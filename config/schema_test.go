@@ -355,3 +355,45 @@ func TestEveryKeyHasRules(t *testing.T) {
 		_ = dumpValue(v) // panics if Dump has no rule
 	}
 }
+
+// A toml:"-" field is no key: the file cannot write it, Dump leaves it
+// out, and Diff does not compare it on its own.
+func TestHiddenFieldsAreNotKeys(t *testing.T) {
+	for _, p := range keyPaths() {
+		if strings.HasSuffix(p, ".network") || strings.HasSuffix(p, ".source") || strings.HasSuffix(p, ".waypoint") || p == "network" {
+			t.Errorf("keyPaths holds %q, a toml:\"-\" field", p)
+		}
+	}
+	doc := base + `
+[[workloads]]
+name = "w"
+namespace = "ns"
+addresses = ["10.0.0.1"]
+network = "net-2"
+`
+	_, err := Parse([]byte(doc), "test.toml")
+	if err == nil || !strings.Contains(err.Error(), "workloads[0].network") {
+		t.Fatalf("Parse of a hidden field as a key = %v, want an unknown-key error at workloads[0].network", err)
+	}
+	c := mustParse(t, base)
+	c.Network = "net-1"
+	d := Dump(c)
+	if _, ok := d["network"]; ok {
+		t.Errorf("Dump shows the hidden field network: %v", d)
+	}
+	c2 := mustParse(t, base)
+	if diff := Diff(c, c2); len(diff) != 0 {
+		t.Errorf("Diff compares a hidden top-level field: %q", diff)
+	}
+}
+
+func TestHiddenFieldTakesNoOtherTag(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("mustSchema accepted toml:\"-\" with another tag")
+		}
+	}()
+	mustSchema(reflect.TypeFor[struct {
+		X int `toml:"-" reload:"apply"`
+	}]())
+}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -144,15 +143,12 @@ type caDump struct {
 	LastErrorAt     time.Time `json:"last_error_at,omitzero"`
 }
 
-// fileCertificate describes the certificate loaded from tls.cert.
+// fileCertificate describes the certificate in force from tls.cert (the
+// latest set its watch put in force).
 func (g *Gateway) fileCertificate() certificateDump {
 	c := certificateDump{Source: sourceFile, Identity: g.identity}
-	leaf := g.cert.Leaf
-	if leaf == nil && len(g.cert.Certificate) > 0 {
-		leaf, _ = x509.ParseCertificate(g.cert.Certificate[0])
-	}
-	if leaf != nil {
-		c.NotAfter = leaf.NotAfter.UTC()
+	if cert, _, notAfter := g.certs().Current(); cert != nil {
+		c.NotAfter = notAfter.UTC()
 	}
 	return c
 }

@@ -387,7 +387,10 @@ func TestConfigDumpState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gateway{cfg: cfg, log: hclog.NewNullLogger(), metrics: newMetrics(), cert: cert, identity: testIDA}
+	g := &Gateway{cfg: cfg, log: hclog.NewNullLogger(), metrics: newMetrics()}
+	if err := g.installCertificate(&cert, nil); err != nil {
+		t.Fatal(err)
+	}
 	g.cur.Store(newSnapshot(cfg, nil))
 	srv := httptest.NewServer(g.adminHandler())
 	t.Cleanup(srv.Close)

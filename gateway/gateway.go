@@ -19,17 +19,27 @@ import (
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/identity"
+	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/netstack"
 	"github.com/meshtun/meshtun/tun"
 )
 
 // Gateway is one node's meshtun. Make it with New, run it with Run.
 type Gateway struct {
-	cfg      *config.Config // as started; what a reload may change is in cur
-	log      hclog.Logger
-	cert     tls.Certificate
-	identity string // our SPIFFE ID
+	cfg *config.Config // as started; what a reload may change is in cur
+	log hclog.Logger
+
+	// The certificate in force and its roots: HBONE's client and server
+	// read them at every new handshake (certs, an hbone.CertSource), so a
+	// swap (SetCertificate; with the files, their watch in Run) reaches
+	// new connections at once and leaves open ones alone. identity is its
+	// SPIFFE ID, set before Run and the same for every certificate of
+	// this node.
+	certMu   sync.Mutex
+	cert     *tls.Certificate // nil until SetCertificate with the mesh on
 	roots    *x509.CertPool
+	notAfter time.Time // the leaf's expiry
+	identity string
 
 	// ownPorts are the ports this gateway listens on; inbound streams to
 	// them on one of this host's addresses are refused (a loop).
@@ -48,40 +58,72 @@ type Gateway struct {
 	// (reload.go); Reload swaps it, serialized by reloadMu.
 	cur      atomic.Pointer[snapshot]
 	reloadMu sync.Mutex
+	// The file's config in force and the mesh's latest state, merged
+	// into cur (reload.go); guarded by reloadMu.
+	file      *config.Config
+	mesh      *mesh.State
+	meshLog   meshLog
+	meshStats meshCounters
+	// meshReady is closed by the first ApplyMesh of a complete state;
+	// with the mesh on, readiness waits for it.
+	meshReady     chan struct{}
+	meshReadyOnce sync.Once
+}
+
+// Options are what New takes besides the config.
+type Options struct {
+	// Certificate and Roots, if Certificate is set, are this gateway's
+	// certificate (leaf first) and the roots peers' certificates must
+	// chain to, in place of tls.cert, tls.key and tls.trust_bundle: with
+	// [mesh] on, from Istio's CA. tls.trust_bundle, if set, adds roots.
+	Certificate *tls.Certificate
+	Roots       *x509.CertPool
 }
 
 // New loads what the gateway needs from cfg (certificates, trust bundle)
 // and builds its routing table. It opens no device and no socket. cfg
 // must come from config.Load (or Parse) without error.
 func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
+	return NewWithOptions(cfg, log, Options{})
+}
+
+// NewWithOptions is New with a certificate given rather than loaded.
+// With [mesh] on and none given, the gateway has none until
+// SetCertificate, which must come before Run.
+func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gateway, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	cert, id, err := hbone.LoadKeyPair(cfg.TLS.Cert, cfg.TLS.Key)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: tls.cert/tls.key: %w", err)
-	}
-	if parsed, _ := identity.Parse(id); parsed.TrustDomain() != cfg.Gateway.TrustDomain {
-		return nil, fmt.Errorf("gateway: tls.cert: identity %s is not in gateway.trust_domain %q", id, cfg.Gateway.TrustDomain)
-	}
-	bundle, err := os.ReadFile(cfg.TLS.TrustBundle)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: tls.trust_bundle: %w", err)
-	}
-	roots, err := hbone.LoadRoots(bundle)
-	if err != nil {
-		return nil, fmt.Errorf("gateway: tls.trust_bundle %s: %w", cfg.TLS.TrustBundle, err)
-	}
 	g := &Gateway{
-		cfg:      cfg,
-		log:      log.Named("gateway"),
-		cert:     cert,
-		identity: id,
-		roots:    roots,
-		ownPorts: make(map[uint16]bool),
-		ownAddrs: make(map[netip.Addr]bool),
-		readyCh:  make(chan struct{}),
-		metrics:  newMetrics(),
+		cfg:       cfg,
+		file:      cfg,
+		log:       log.Named("gateway"),
+		ownPorts:  make(map[uint16]bool),
+		ownAddrs:  make(map[netip.Addr]bool),
+		readyCh:   make(chan struct{}),
+		metrics:   newMetrics(),
+		meshReady: make(chan struct{}),
+	}
+	switch {
+	case opts.Certificate != nil:
+		if err := g.SetCertificate(*opts.Certificate, opts.Roots); err != nil {
+			return nil, err
+		}
+	case cfg.Mesh.Enabled():
+		// From the mesh's CA, once it answers (SetCertificate).
+	default:
+		cert, id, err := hbone.LoadKeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: tls.cert/tls.key: %w", err)
+		}
+		if parsed, _ := identity.Parse(id); parsed.TrustDomain() != cfg.Gateway.TrustDomain {
+			return nil, fmt.Errorf("gateway: tls.cert: identity %s is not in gateway.trust_domain %q", id, cfg.Gateway.TrustDomain)
+		}
+		roots, err := g.bundle(nil)
+		if err != nil {
+			return nil, err
+		}
+		g.cert, g.roots, g.notAfter, g.identity = &cert, roots, cert.Leaf.NotAfter, id
 	}
 	g.metrics.openFlows = g.flows.open
 	g.cur.Store(newSnapshot(cfg, nil))
@@ -96,6 +138,116 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 	return g, nil
 }
 
+// bundle adds tls.trust_bundle's roots, if it is set, to roots (a copy;
+// nil: none).
+func (g *Gateway) bundle(roots *x509.CertPool) (*x509.CertPool, error) {
+	if g.cfg.TLS.TrustBundle == "" {
+		if roots == nil {
+			return nil, errors.New("gateway: no roots to verify peers with")
+		}
+		return roots, nil
+	}
+	pem, err := os.ReadFile(g.cfg.TLS.TrustBundle)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: tls.trust_bundle: %w", err)
+	}
+	if roots == nil {
+		if roots, err = hbone.LoadRoots(pem); err != nil {
+			return nil, fmt.Errorf("gateway: tls.trust_bundle %s: %w", g.cfg.TLS.TrustBundle, err)
+		}
+		return roots, nil
+	}
+	roots = roots.Clone()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("gateway: tls.trust_bundle %s: no certificate", g.cfg.TLS.TrustBundle)
+	}
+	return roots, nil
+}
+
+// SetCertificate gives the gateway its certificate (leaf first, with its
+// key) and the roots peers must chain to (tls.trust_bundle's are added):
+// with [mesh] on, the first one Istio's CA issued, before Run, then each
+// renewal. Its SPIFFE ID must be in gateway.trust_domain and stay the
+// same. New HBONE connections, both ways, use it from the next handshake;
+// open ones keep theirs.
+func (g *Gateway) SetCertificate(cert tls.Certificate, roots *x509.CertPool) error {
+	roots, err := g.bundle(roots)
+	if err != nil {
+		return err
+	}
+	return g.installCertificate(&cert, roots)
+}
+
+// installCertificate checks cert and puts it, with roots, in force.
+func (g *Gateway) installCertificate(cert *tls.Certificate, roots *x509.CertPool) error {
+	if len(cert.Certificate) == 0 {
+		return errors.New("gateway: certificate without a leaf")
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return fmt.Errorf("gateway: certificate: %w", err)
+		}
+	}
+	parsed, err := identity.FromCertificate(leaf)
+	if err != nil {
+		return fmt.Errorf("gateway: certificate: %w", err)
+	}
+	id := parsed.String()
+	if parsed.TrustDomain() != g.cfg.Gateway.TrustDomain {
+		return fmt.Errorf("gateway: certificate: identity %s is not in gateway.trust_domain %q", id, g.cfg.Gateway.TrustDomain)
+	}
+	g.certMu.Lock()
+	defer g.certMu.Unlock()
+	switch g.identity {
+	case id:
+	case "":
+		g.identity = id // once, before Run: read without the lock afterwards
+	default:
+		return fmt.Errorf("gateway: certificate: identity %s, but this gateway is %s", id, g.identity)
+	}
+	g.cert, g.roots, g.notAfter = cert, roots, leaf.NotAfter
+	return nil
+}
+
+// AttachMesh tells the gateway of the mesh's clients, for its metrics
+// and admin endpoints; either may be nil.
+func (g *Gateway) AttachMesh(ca *mesh.CertManager, xds *mesh.XDSClient) {
+	if ca != nil {
+		g.metrics.ca.Store(ca)
+	}
+	if xds != nil {
+		g.metrics.xds.Store(xds)
+	}
+}
+
+// certificate is the certificate and roots in force for new HBONE
+// connections; ok is false while there is none.
+func (g *Gateway) certificate() (cert tls.Certificate, roots *x509.CertPool, ok bool) {
+	c, roots, _ := g.certs().Current()
+	if c == nil {
+		return tls.Certificate{}, nil, false
+	}
+	return *c, roots, true
+}
+
+// certs is the gateway as HBONE's certificate source.
+func (g *Gateway) certs() certSource { return certSource{g} }
+
+// certSource hands HBONE the certificate in force (hbone.CertSource).
+type certSource struct{ g *Gateway }
+
+var _ hbone.CertSource = certSource{}
+
+// Current is the certificate in force, its roots and its expiry; a new
+// certificate is a new pointer.
+func (s certSource) Current() (*tls.Certificate, *x509.CertPool, time.Time) {
+	s.g.certMu.Lock()
+	defer s.g.certMu.Unlock()
+	return s.g.cert, s.g.roots, s.g.notAfter
+}
+
 // Router is the routing table the gateway routes new captured flows with
 // (`meshtun route` shows its plans).
 func (g *Gateway) Router() *Router { return g.snapshot().router }
@@ -104,7 +256,8 @@ func (g *Gateway) Router() *Router { return g.snapshot().router }
 // readiness starts answering 200): the moment to tell a service manager.
 func (g *Gateway) Ready() <-chan struct{} { return g.readyCh }
 
-// Identity is the SPIFFE ID this gateway presents.
+// Identity is the SPIFFE ID this gateway presents ("" with the mesh on
+// until SetCertificate, which comes before Run).
 func (g *Gateway) Identity() string { return g.identity }
 
 // Run starts the gateway and blocks until ctx is cancelled, then drains
@@ -126,6 +279,19 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 	}()
 	closers = append(closers, g.flows.wait)
 	g.loadOwnAddrs()
+	if _, _, ok := g.certificate(); !ok {
+		return errors.New("gateway: no certificate yet (with [mesh] on, SetCertificate comes before Run)")
+	}
+	if !g.cfg.Mesh.Enabled() {
+		// tls.cert, tls.key and tls.trust_bundle are watched: a changed
+		// set that loads is put in force, a broken one is refused and the
+		// one in force kept (hbone/certfile).
+		stop, err := g.watchCertFiles(&routines)
+		if err != nil {
+			return err
+		}
+		closers = append(closers, stop)
+	}
 
 	pool, err := hbone.NewPool(g.poolOptions())
 	if err != nil {
@@ -145,8 +311,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		}
 		closers = append(closers, func() { hboneLn.Close() })
 		srv, err := hbone.NewServer(hbone.ServerOptions{
-			Certificate: g.cert,
-			Roots:       g.roots,
+			Source:      g.certs(),
 			TrustDomain: g.cfg.Gateway.TrustDomain,
 			Handler:     g.handleInbound,
 			Logger:      g.log.Named("hbone"),
@@ -216,6 +381,23 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		routines.Add(1)
 		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
 	}
+	if g.cfg.Mesh.Enabled() {
+		// Serving what the file gives meanwhile; ready once the mesh's
+		// state is complete (its certificate is already here).
+		select {
+		case <-g.meshReady:
+		default:
+			g.log.Info("serving the file's entries; waiting for istiod's first complete xDS push before reporting ready", "xds", g.cfg.Mesh.XDSAddress)
+			select {
+			case <-g.meshReady:
+			case <-ctx.Done():
+				g.drain()
+				return nil
+			case err := <-serveErr:
+				return fmt.Errorf("gateway: hbone server stopped: %w", err)
+			}
+		}
+	}
 	g.ready.Store(true)
 	close(g.readyCh)
 	g.log.Info("ready", "identity", g.identity, "tun", g.cfg.TUN.Name, "hbone", g.cfg.HBONE.Listen)
@@ -233,8 +415,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 // poolOptions are the options of the gateway's HBONE client pool.
 func (g *Gateway) poolOptions() hbone.PoolOptions {
 	return hbone.PoolOptions{
-		Certificate:       g.cert,
-		Roots:             g.roots,
+		Source:            g.certs(),
 		MaxStreamsPerConn: g.cfg.HBONE.MaxStreamsPerConn,
 		ConnsPerKey:       g.cfg.HBONE.ConnsPerPeer,
 		IdleTimeout:       g.cfg.HBONE.IdleTimeout.Duration,

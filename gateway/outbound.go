@@ -90,6 +90,9 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 	case Direct:
 		return g.outboundDirect(r, plan)
 	default:
+		if plan.OtherNetwork != "" {
+			g.meshStats.otherNetwork.Add(1)
+		}
 		return nil, nil, outcome{flag: flagNoRoute, err: errors.New("no route: " + plan.Reason)}
 	}
 

@@ -82,8 +82,7 @@ func newReloadEnv(t *testing.T, policies string) *reloadEnv {
 		t.Fatal(err)
 	}
 	srv, err := hbone.NewServer(hbone.ServerOptions{
-		Certificate: e.g.cert,
-		Roots:       e.g.roots,
+		Source:      e.g.certs(),
 		TrustDomain: "cluster.local",
 		Handler:     e.g.handleInbound,
 	})
@@ -155,25 +154,7 @@ func (e *reloadEnv) reload(tail string) (changed, restart []string) {
 // echo starts an echo server on loopback and returns its address.
 func echo(t *testing.T) netip.AddrPort {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); io.Copy(c, c); c.Close() }()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).AddrPort()
+	return echoOn(t, "127.0.0.1:0")
 }
 
 func (e *reloadEnv) connect(target netip.AddrPort) (*hbone.ClientStream, error) {

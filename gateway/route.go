@@ -58,14 +58,24 @@ type Plan struct {
 	// service's Endpoints, at index EndpointIndex of its endpoint list.
 	Endpoint                 string
 	EndpointIndex, Endpoints int
+	// Waypoint names the waypoint the flow is sent to instead of its
+	// destination (a workload's or service's, from the mesh); Target is
+	// then the original destination, as ztunnel sends it.
+	Waypoint string
 	// Reason says why a flow is denied.
 	Reason string
+	// OtherNetwork is set when the flow is denied because its destination
+	// is in another network (no double HBONE yet): that network.
+	OtherNetwork string
 }
 
 func (p Plan) String() string {
 	via := p.Via
 	if p.Endpoint != "" {
 		via += fmt.Sprintf(", endpoint %s (%d of %d)", p.Endpoint, p.EndpointIndex+1, p.Endpoints)
+	}
+	if p.Waypoint != "" {
+		via += ", waypoint " + p.Waypoint
 	}
 	switch p.Kind {
 	case HBONE:
@@ -86,10 +96,20 @@ func (p Plan) String() string {
 // address, then the longest matching peer CIDR. Nothing matched → Deny. A
 // service VIP with a port the service does not declare is denied too: the
 // VIP is the service's, and no workload listens there.
+//
+// Entries from the mesh add ztunnel's rules (its proxy/outbound.rs and
+// state.rs): a workload or service with a waypoint is sent to the
+// waypoint (a CONNECT to one of its instances whose :authority is the
+// original destination, VIP:port for a service, expecting the instance's
+// identity and the waypoint service's subject_alt_names); a service's
+// endpoint serves a port at its own target port, else the service's,
+// else not at all; and a workload of another network than this node's is
+// refused (Plan.OtherNetwork) until double HBONE exists.
 type Router struct {
 	services  map[netip.Addr]*serviceRoute // by VIP
 	workloads map[netip.Addr]*workloadRoute
 	peers     []peerRoute // longest prefix first
+	network   string      // this node's (config.Config.Network)
 }
 
 type workloadRoute struct {
@@ -98,14 +118,26 @@ type workloadRoute struct {
 	hbone     netip.AddrPort
 	identity  string
 	addresses []netip.Addr
+	network   string // set for a workload of another network than ours
+	waypoint  *config.Waypoint
 }
 
 type serviceRoute struct {
-	name      string // namespace/name
-	hostname  string
-	ports     map[uint16]uint16 // service port → target port
-	endpoints []*workloadRoute  // config order
-	sans      []string          // subject_alt_names
+	name     string // namespace/name
+	hostname string
+	ports    map[uint16]uint16 // service port → target port (0: the endpoint's)
+	// byPort are the endpoints that serve each service port, in config
+	// order, at their target port; remote names the network of an
+	// endpoint left out of them for being in another network.
+	byPort   map[uint16][]endpointRoute
+	remote   map[uint16]string
+	sans     []string // subject_alt_names
+	waypoint *config.Waypoint
+}
+
+type endpointRoute struct {
+	w    *workloadRoute
+	port uint16 // the target port
 }
 
 type peerRoute struct {
@@ -122,6 +154,7 @@ func NewRouter(cfg *config.Config) *Router {
 	r := &Router{
 		services:  make(map[netip.Addr]*serviceRoute),
 		workloads: make(map[netip.Addr]*workloadRoute),
+		network:   cfg.Network,
 	}
 	byName := make(map[string]*workloadRoute, len(cfg.Workloads))
 	for i := range cfg.Workloads {
@@ -131,6 +164,11 @@ func NewRouter(cfg *config.Config) *Router {
 			direct:   strings.EqualFold(w.Protocol, "TCP"),
 			hbone:    w.HBONEAddress,
 			identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
+			waypoint: w.Waypoint,
+		}
+		// The file's workloads carry no network: they are ours.
+		if w.Source == config.SourceXDS && w.Network != cfg.Network {
+			wr.network = w.Network
 		}
 		for _, a := range w.Addresses {
 			wr.addresses = append(wr.addresses, a.Unmap())
@@ -144,11 +182,28 @@ func NewRouter(cfg *config.Config) *Router {
 			name:     s.Namespace + "/" + s.Name,
 			hostname: s.Hostname,
 			ports:    s.Ports,
+			byPort:   make(map[uint16][]endpointRoute, len(s.Ports)),
+			remote:   make(map[uint16]string),
 			sans:     s.SubjectAltNames,
+			waypoint: s.Waypoint,
 		}
-		for _, ep := range s.Endpoints {
-			if w, ok := byName[ep]; ok {
-				sr.endpoints = append(sr.endpoints, w)
+		for port, target := range s.Ports {
+			for _, ep := range s.Endpoints {
+				w, ok := byName[ep]
+				if !ok {
+					continue
+				}
+				t := target
+				if own, ok := s.EndpointPorts[ep][port]; ok && own != 0 {
+					t = own
+				}
+				switch {
+				case t == 0: // neither the endpoint nor the service says where
+				case w.network != "":
+					sr.remote[port] = w.network
+				default:
+					sr.byPort[port] = append(sr.byPort[port], endpointRoute{w, t})
+				}
 			}
 		}
 		for _, vip := range s.VIPs {
@@ -177,10 +232,16 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	plan := Plan{Dst: dst, Target: dst}
 	if s, ok := r.services[dst.Addr()]; ok {
-		return s.route(plan, pick)
+		return s.route(plan, pick, r)
 	}
 	if w, ok := r.workloads[dst.Addr()]; ok {
 		plan.Via = "workload " + w.name
+		if w.network != "" {
+			return r.otherNetwork(plan, "workload "+w.name, w.network)
+		}
+		if w.waypoint != nil {
+			return waypointRoute(plan, w.waypoint, pick)
+		}
 		return w.route(plan, dst)
 	}
 	for _, p := range r.peers {
@@ -196,36 +257,80 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	return plan
 }
 
+// otherNetwork denies plan: its destination what is in network.
+func (r *Router) otherNetwork(plan Plan, what, network string) Plan {
+	plan.OtherNetwork = network
+	ours := r.network
+	if ours == "" {
+		ours = `""`
+	}
+	plan.Reason = fmt.Sprintf("%s is in network %q, not this node's (%s): crossing networks (double HBONE) is not supported", what, network, ours)
+	return plan
+}
+
+// choose applies pick to n choices of key.
+func choose(pick Pick, key string, n int) int {
+	if pick == nil || n <= 1 {
+		return 0
+	}
+	i := pick(key, n) % n
+	if i < 0 {
+		i += n
+	}
+	return i
+}
+
+// waypointRoute sends plan to one of wp's instances, the original
+// destination as the CONNECT's :authority.
+func waypointRoute(plan Plan, wp *config.Waypoint, pick Pick) Plan {
+	plan.Waypoint = wp.Name
+	n := len(wp.Endpoints)
+	if n == 0 {
+		plan.Reason = fmt.Sprintf("%s: its waypoint %s is not known (or has no instance)", plan.Via, wp.Name)
+		return plan
+	}
+	ep := wp.Endpoints[choose(pick, wp.Name, n)]
+	plan.Kind = HBONE
+	plan.HBONEAddress = ep.Address
+	plan.Identities = []string{ep.Identity}
+	for _, san := range wp.SubjectAltNames {
+		if !slices.Contains(plan.Identities, san) {
+			plan.Identities = append(plan.Identities, san)
+		}
+	}
+	return plan
+}
+
 // route completes plan for a flow to one of the service's endpoints.
-func (s *serviceRoute) route(plan Plan, pick Pick) Plan {
+func (s *serviceRoute) route(plan Plan, pick Pick, r *Router) Plan {
 	plan.Via = "service " + s.name
 	plan.Service, plan.Host = s.name, s.hostname
-	port, ok := s.ports[plan.Dst.Port()]
-	if !ok {
+	if _, ok := s.ports[plan.Dst.Port()]; !ok {
 		plan.Reason = fmt.Sprintf("service %s has no port %d (its ports: %s)", s.name, plan.Dst.Port(), s.portList())
 		return plan
 	}
-	n := len(s.endpoints)
+	if s.waypoint != nil {
+		return waypointRoute(plan, s.waypoint, pick)
+	}
+	eps := s.byPort[plan.Dst.Port()]
+	n := len(eps)
 	plan.Endpoints = n
 	if n == 0 {
-		plan.Reason = fmt.Sprintf("service %s has no endpoints", s.name)
+		if net, ok := s.remote[plan.Dst.Port()]; ok {
+			return r.otherNetwork(plan, "every endpoint of service "+s.name, net)
+		}
+		plan.Reason = fmt.Sprintf("service %s has no endpoints for port %d", s.name, plan.Dst.Port())
 		return plan
 	}
-	i := 0
-	if pick != nil && n > 1 {
-		i = pick(s.name, n) % n
-		if i < 0 {
-			i += n
-		}
-	}
-	w := s.endpoints[i]
+	i := choose(pick, s.name, n)
+	w := eps[i].w
 	plan.Endpoint, plan.EndpointIndex = w.name, i
 	addr, ok := w.addressLike(plan.Dst.Addr())
 	if !ok {
 		plan.Reason = fmt.Sprintf("service %s: endpoint %s has no address", s.name, w.name)
 		return plan
 	}
-	plan = w.route(plan, netip.AddrPortFrom(addr, port))
+	plan = w.route(plan, netip.AddrPortFrom(addr, eps[i].port))
 	for _, san := range s.sans {
 		if plan.Kind == HBONE && !slices.Contains(plan.Identities, san) {
 			plan.Identities = append(plan.Identities, san)

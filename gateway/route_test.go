@@ -211,3 +211,94 @@ func TestRoutePure(t *testing.T) {
 		t.Fatalf("second plan's identities %v: changed by the first caller", b.Identities)
 	}
 }
+
+// meshRouterConfig holds entries as mesh.Convert makes them: this node in
+// net-1, a service whose endpoints have target ports of their own, a
+// service and a workload behind waypoints, a workload of net-2.
+func meshRouterConfig() *config.Config {
+	cfg := config.Default()
+	cfg.Network = "net-1"
+	ap := netip.MustParseAddrPort
+	ad := netip.MustParseAddr
+	wp := &config.Waypoint{Name: "default/waypoint.default.svc.cluster.local",
+		Endpoints:       []config.WaypointEndpoint{{Address: ap("10.1.0.50:15008"), Identity: "spiffe://cluster.local/ns/default/sa/waypoint"}, {Address: ap("10.1.0.51:15008"), Identity: "spiffe://cluster.local/ns/default/sa/waypoint"}},
+		SubjectAltNames: []string{"spiffe://cluster.local/ns/default/sa/waypoint-alt"}}
+	xw := func(name, addr, network string) config.Workload {
+		return config.Workload{Name: name, Namespace: "default", ServiceAccount: name, Protocol: "HBONE", Source: config.SourceXDS, Network: network,
+			Addresses: []netip.Addr{ad(addr)}, HBONEAddress: netip.AddrPortFrom(ad(addr), 15008), Identity: "spiffe://cluster.local/ns/default/sa/" + name}
+	}
+	cfg.Workloads = []config.Workload{
+		xw("web-1", "10.1.0.1", "net-1"), xw("web-2", "10.1.0.2", "net-1"), xw("web-3", "10.1.0.3", "net-1"),
+		xw("far", "10.9.0.1", "net-2"), xw("pinned", "10.1.0.60", "net-1"), xw("lost", "10.1.0.61", "net-1"),
+		// A file workload has no network: it is ours.
+		{Name: "local", Namespace: "default", ServiceAccount: "local", Protocol: "HBONE", Addresses: []netip.Addr{ad("10.1.0.70")}, HBONEAddress: ap("10.1.0.70:15008")},
+	}
+	cfg.Workloads[4].Waypoint = wp
+	cfg.Workloads[5].Waypoint = &config.Waypoint{Name: "default/gone.default.svc.cluster.local"}
+	cfg.Services = []config.Service{
+		{Name: "web", Namespace: "default", Hostname: "web.default.svc.cluster.local", Source: config.SourceXDS,
+			VIPs: []netip.Addr{ad("10.96.0.10")}, Ports: map[uint16]uint16{80: 8080, 81: 0},
+			Endpoints:       []string{"default/web-1", "default/web-2", "default/web-3"},
+			EndpointPorts:   map[string]map[uint16]uint16{"default/web-1": {80: 8081}, "default/web-3": {81: 9091}},
+			SubjectAltNames: []string{"spiffe://cluster.local/ns/default/sa/web-canary"}},
+		{Name: "api", Namespace: "default", Hostname: "api.default.svc.cluster.local", Source: config.SourceXDS,
+			VIPs: []netip.Addr{ad("10.96.0.20")}, Ports: map[uint16]uint16{443: 8443}, Endpoints: []string{"default/web-1"}, Waypoint: wp},
+		{Name: "remote", Namespace: "default", Hostname: "remote.default.svc.cluster.local", Source: config.SourceXDS,
+			VIPs: []netip.Addr{ad("10.96.0.30")}, Ports: map[uint16]uint16{80: 80}, Endpoints: []string{"default/far"}},
+	}
+	return cfg
+}
+
+func TestRouteMesh(t *testing.T) {
+	r := NewRouter(meshRouterConfig())
+	fixed := func(i int) Pick { return func(string, int) int { return i } }
+	for _, tc := range []struct {
+		name       string
+		dst        string
+		pick       int
+		want       string // Plan.String()
+		network    string
+		endpoints  int
+		identities []string
+	}{
+		{name: "endpoint's own target port", dst: "10.96.0.10:80", pick: 0,
+			want:       "10.96.0.10:80 via service default/web, endpoint default/web-1 (1 of 3): CONNECT 10.1.0.1:8081 at 10.1.0.1:15008, expecting spiffe://cluster.local/ns/default/sa/web-1 or spiffe://cluster.local/ns/default/sa/web-canary",
+			endpoints:  3,
+			identities: []string{"spiffe://cluster.local/ns/default/sa/web-1", "spiffe://cluster.local/ns/default/sa/web-canary"}},
+		{name: "the service's target port", dst: "10.96.0.10:80", pick: 1,
+			want:      "10.96.0.10:80 via service default/web, endpoint default/web-2 (2 of 3): CONNECT 10.1.0.2:8080 at 10.1.0.2:15008, expecting spiffe://cluster.local/ns/default/sa/web-2 or spiffe://cluster.local/ns/default/sa/web-canary",
+			endpoints: 3},
+		{name: "target port 0: only endpoints that name one", dst: "10.96.0.10:81", pick: 5,
+			want:      "10.96.0.10:81 via service default/web, endpoint default/web-3 (1 of 1): CONNECT 10.1.0.3:9091 at 10.1.0.3:15008, expecting spiffe://cluster.local/ns/default/sa/web-3 or spiffe://cluster.local/ns/default/sa/web-canary",
+			endpoints: 1},
+		{name: "service waypoint: the VIP is the authority", dst: "10.96.0.20:443", pick: 1,
+			want:       "10.96.0.20:443 via service default/api, waypoint default/waypoint.default.svc.cluster.local: CONNECT 10.96.0.20:443 at 10.1.0.51:15008, expecting spiffe://cluster.local/ns/default/sa/waypoint or spiffe://cluster.local/ns/default/sa/waypoint-alt",
+			identities: []string{"spiffe://cluster.local/ns/default/sa/waypoint", "spiffe://cluster.local/ns/default/sa/waypoint-alt"}},
+		{name: "workload waypoint", dst: "10.1.0.60:8080", pick: 0,
+			want: "10.1.0.60:8080 via workload default/pinned, waypoint default/waypoint.default.svc.cluster.local: CONNECT 10.1.0.60:8080 at 10.1.0.50:15008, expecting spiffe://cluster.local/ns/default/sa/waypoint or spiffe://cluster.local/ns/default/sa/waypoint-alt"},
+		{name: "unknown waypoint", dst: "10.1.0.61:8080",
+			want: "10.1.0.61:8080: denied: workload default/lost: its waypoint default/gone.default.svc.cluster.local is not known (or has no instance)"},
+		{name: "workload of another network", dst: "10.9.0.1:80", network: "net-2",
+			want: `10.9.0.1:80: denied: workload default/far is in network "net-2", not this node's (net-1): crossing networks (double HBONE) is not supported`},
+		{name: "service with endpoints in another network only", dst: "10.96.0.30:80", network: "net-2",
+			want: `10.96.0.30:80: denied: every endpoint of service default/remote is in network "net-2", not this node's (net-1): crossing networks (double HBONE) is not supported`},
+		{name: "a file workload is in our network", dst: "10.1.0.70:22",
+			want: "10.1.0.70:22 via workload default/local: CONNECT 10.1.0.70:22 at 10.1.0.70:15008, expecting spiffe://cluster.local/ns/default/sa/local"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := r.Route(netip.MustParseAddrPort(tc.dst), fixed(tc.pick))
+			if got := p.String(); got != tc.want {
+				t.Errorf("plan\n got %s\nwant %s", got, tc.want)
+			}
+			if p.OtherNetwork != tc.network {
+				t.Errorf("OtherNetwork = %q, want %q", p.OtherNetwork, tc.network)
+			}
+			if tc.endpoints != 0 && p.Endpoints != tc.endpoints {
+				t.Errorf("Endpoints = %d, want %d", p.Endpoints, tc.endpoints)
+			}
+			if tc.identities != nil && !slices.Equal(p.Identities, tc.identities) {
+				t.Errorf("Identities = %q, want %q", p.Identities, tc.identities)
+			}
+		})
+	}
+}

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/gateway"
+	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/tun"
 )
 
@@ -105,6 +108,20 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		os.Exit(1)
 	}()
 	log.Info("starting", "config", *path, "name", cfg.Gateway.Name)
+	if cfg.Mesh.Enabled() {
+		// The certificate first: the gateway's HBONE client and server
+		// are built with it. xDS runs meanwhile; readiness waits for its
+		// first complete push (Gateway.Run).
+		m, err := startMesh(ctx, cfg, g, log)
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("stopped before the mesh's first certificate")
+				return nil
+			}
+			return err
+		}
+		defer m.Close()
+	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(ctx) }()
 
@@ -220,4 +237,154 @@ func newLogger(cfg *config.Config, w io.Writer) hclog.Logger {
 		Output:     w,
 		JSONFormat: cfg.Log.Format == "json",
 	})
+}
+
+// meshWaitLog is how often `run` says it is still waiting for the first
+// certificate: often enough to be seen while someone looks at a starting
+// node, rarely enough not to flood a log while istiod is down for long.
+const meshWaitLog = 10 * time.Second
+
+// meshNode is this node as istiod sees it, from [gateway] and [mesh]:
+// NAME = gateway.name, NAMESPACE and SERVICE_ACCOUNT = mesh.namespace and
+// mesh.service_account, INSTANCE_IPS = mesh.instance_ips or else the
+// host's own addresses (hostAddrs).
+func meshNode(cfg *config.Config, hostAddrs func() ([]netip.Addr, error)) (mesh.Node, error) {
+	n := mesh.Node{
+		Name:           cfg.Gateway.Name,
+		Namespace:      cfg.Mesh.Namespace,
+		ServiceAccount: cfg.Mesh.ServiceAccount,
+		InstanceIPs:    cfg.Mesh.InstanceIPs,
+		ClusterID:      cfg.Mesh.ClusterID,
+	}
+	if h, err := os.Hostname(); err == nil {
+		n.NodeName = h
+	}
+	if len(n.InstanceIPs) == 0 {
+		ips, err := hostAddrs()
+		if err != nil {
+			return n, fmt.Errorf("mesh: the host's addresses, for INSTANCE_IPS: %w", err)
+		}
+		if len(ips) == 0 {
+			return n, errors.New("mesh: the host has no global unicast address for INSTANCE_IPS: set mesh.instance_ips")
+		}
+		n.InstanceIPs = ips
+	}
+	return n, nil
+}
+
+// meshClients are the mesh's CA and xDS clients of one run, and the
+// goroutine that hands renewed certificates to the gateway (watch).
+type meshClients struct {
+	ca      *mesh.CertManager
+	xds     *mesh.XDSClient
+	watched chan struct{} // closed when watch has ended
+}
+
+// Close closes both clients and waits for watch, which ends when the
+// CertManager closes its subscription.
+func (m *meshClients) Close() {
+	m.xds.Close()
+	m.ca.Close()
+	if m.watched != nil {
+		<-m.watched
+	}
+}
+
+// watch gives g each certificate the CertManager renews: HBONE's client
+// and server take it from their next handshake; open connections keep
+// theirs.
+func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger) {
+	changed, _ := m.ca.Subscribe() // closed by m.ca.Close
+	m.watched = make(chan struct{})
+	go func() {
+		defer close(m.watched)
+		for range changed {
+			cert, roots, expiry := m.ca.Current()
+			if cert == nil {
+				log.Error("mesh: the certificate has expired and the CA has not issued a new one: new HBONE connections fail")
+				continue
+			}
+			if err := g.SetCertificate(*cert, roots); err != nil {
+				log.Error("mesh: renewed certificate refused", "error", err)
+				continue
+			}
+			log.Info("mesh: certificate renewed; new HBONE connections use it", "expiry", expiry)
+		}
+	}()
+}
+
+// startMesh starts the CA and xDS clients of [mesh] for g: each xDS update
+// is converted (mesh.Convert) and applied (Gateway.ApplyMesh); a resource
+// the conversion refuses is NACKed (mesh.Validate). It returns once the
+// CA has issued the first certificate and g holds it, or with an error
+// when ctx ends first; meanwhile it logs what it is waiting for. The
+// caller closes the clients.
+func startMesh(ctx context.Context, cfg *config.Config, g *gateway.Gateway, log hclog.Logger) (*meshClients, error) {
+	node, err := meshNode(cfg, mesh.HostAddresses)
+	if err != nil {
+		return nil, err
+	}
+	cp := mesh.ControlPlane{
+		Address:    cfg.Mesh.XDSAddress,
+		RootCert:   cfg.Mesh.RootCert,
+		ServerName: cfg.Mesh.ServerName,
+		TokenFile:  cfg.Mesh.TokenFile,
+		ClusterID:  cfg.Mesh.ClusterID,
+	}
+	caCP := cp
+	caCP.Address = cfg.Mesh.CAAddress
+	ca, err := mesh.NewCertManager(mesh.CAOptions{
+		ControlPlane:   caCP,
+		TrustDomain:    cfg.Gateway.TrustDomain,
+		Namespace:      cfg.Mesh.Namespace,
+		ServiceAccount: cfg.Mesh.ServiceAccount,
+		CertTTL:        cfg.Mesh.CertTTL.Duration,
+		Logger:         log.Named("mesh.ca"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	xds, err := mesh.NewXDSClient(mesh.XDSOptions{
+		ControlPlane: cp,
+		Node:         node,
+		Validate:     mesh.Validate,
+		OnUpdate:     func(s mesh.Snapshot) { g.ApplyMesh(mesh.Convert(s, node)) },
+		Logger:       log.Named("mesh.xds"),
+	})
+	if err != nil {
+		ca.Close()
+		return nil, fmt.Errorf("mesh: %w", err)
+	}
+	m := &meshClients{ca: ca, xds: xds}
+	g.AttachMesh(ca, xds)
+	ca.Start()
+	xds.Start()
+	log.Info("mesh: joining", "xds", cp.Address, "ca", caCP.Address, "identity", ca.Identity(), "node_id", xds.NodeID())
+
+	tick := time.NewTicker(meshWaitLog)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-ca.Ready():
+			waiting = false
+		case <-ctx.Done():
+			m.Close()
+			return nil, fmt.Errorf("mesh: stopped while waiting for the first certificate: %w", ctx.Err())
+		case <-tick.C:
+			st := ca.Stats()
+			log.Warn("mesh: still waiting for the first certificate from Istio's CA", "ca", caCP.Address, "last_error", st.LastError)
+		}
+	}
+	cert, roots, expiry := ca.Current()
+	if cert == nil {
+		m.Close()
+		return nil, errors.New("mesh: the CA's first certificate has already expired")
+	}
+	if err := g.SetCertificate(*cert, roots); err != nil {
+		m.Close()
+		return nil, err
+	}
+	log.Info("mesh: certificate from Istio's CA", "identity", ca.Identity(), "expiry", expiry)
+	m.watch(g, log)
+	return m, nil
 }
