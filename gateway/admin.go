@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -76,9 +75,9 @@ func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler() }
 func (g *Gateway) configDump() map[string]any {
 	cfg := g.snapshot().cfg
 	d := config.Dump(cfg)
-	tagSources(d["workloads"], cfg.Workloads)
-	tagSources(d["services"], cfg.Services)
-	tagSources(d["policies"], cfg.Policies)
+	tagSources(d["workloads"], cfg.Workloads, func(w *config.Workload) string { return w.Source })
+	tagSources(d["services"], cfg.Services, func(s *config.Service) string { return s.Source })
+	tagSources(d["policies"], cfg.Policies, func(p *config.Policy) string { return p.Source })
 	if ca := g.metrics.ca.Load(); ca != nil {
 		d["certificate"] = meshCertificate(ca.Stats())
 	} else {
@@ -90,36 +89,16 @@ func (g *Gateway) configDump() map[string]any {
 	return d
 }
 
-// Sources of a workload, service or policy in the dump.
-const (
-	sourceFile = "file"
-	sourceXDS  = "xds"
-)
-
 // tagSources sets "source" in each dumped entry of list from the entry of
-// entries it was dumped from.
-func tagSources[T any](list any, entries []T) {
+// entries it was dumped from: config.SourceXDS, or config.SourceFile for
+// an entry without a source.
+func tagSources[T any](list any, entries []T, source func(*T) string) {
 	dumped, _ := list.([]any)
 	for i := range min(len(dumped), len(entries)) {
 		if m, ok := dumped[i].(map[string]any); ok {
-			m["source"] = sourceOf(&entries[i])
+			m["source"] = config.SourceOf(source(&entries[i]))
 		}
 	}
-}
-
-// sourceOf is the Source field of a config entry (a pointer to a struct):
-// its value if set, else "file", where entries without one come from.
-// Reflection, so that it reads the field whether or not the entry type
-// has it yet.
-func sourceOf(entry any) string {
-	v := reflect.Indirect(reflect.ValueOf(entry))
-	if v.Kind() != reflect.Struct {
-		return sourceFile
-	}
-	if f := v.FieldByName("Source"); f.IsValid() && f.Kind() == reflect.String && f.String() != "" {
-		return f.String()
-	}
-	return sourceFile
 }
 
 // certificateDump is the certificate section of /config_dump: public
@@ -146,7 +125,7 @@ type caDump struct {
 // fileCertificate describes the certificate in force from tls.cert (the
 // latest set its watch put in force).
 func (g *Gateway) fileCertificate() certificateDump {
-	c := certificateDump{Source: sourceFile, Identity: g.identity}
+	c := certificateDump{Source: config.SourceFile, Identity: g.identity}
 	if cert, _, notAfter := g.certs().Current(); cert != nil {
 		c.NotAfter = notAfter.UTC()
 	}

@@ -454,8 +454,8 @@ func TestConfigDumpState(t *testing.T) {
 	}
 }
 
-// A certificate from the mesh shows its expiry, and an entry's Source
-// field, where its type has one, is the source shown.
+// A certificate from the mesh shows its expiry, and an entry's Source is
+// the source shown (file when it has none).
 func TestConfigDumpSourceAndExpiry(t *testing.T) {
 	expiry := time.Date(2026, 12, 2, 3, 4, 5, 0, time.FixedZone("CET", 3600))
 	b, err := json.Marshal(meshCertificate(mesh.CAStats{Identity: "spiffe://td/ns/vm/sa/a", Expiry: expiry}))
@@ -466,27 +466,9 @@ func TestConfigDumpSourceAndExpiry(t *testing.T) {
 		t.Errorf("mesh certificate %s: want %s", b, want)
 	}
 
-	type withSource struct {
-		Name   string
-		Source string
-	}
-	type otherSource struct{ Source int }
-	for _, c := range []struct {
-		entry any
-		want  string
-	}{
-		{&withSource{Source: "xds"}, "xds"},
-		{&withSource{Source: ""}, "file"},
-		{&otherSource{Source: 1}, "file"},
-		{&config.Workload{}, "file"},
-		{nil, "file"},
-	} {
-		if got := sourceOf(c.entry); got != c.want {
-			t.Errorf("sourceOf(%#v) = %q, want %q", c.entry, got, c.want)
-		}
-	}
 	dumped := []any{map[string]any{"name": "a"}, map[string]any{"name": "b"}}
-	tagSources(dumped, []withSource{{"a", "xds"}, {"b", ""}})
+	tagSources(dumped, []config.Workload{{Name: "a", Source: config.SourceXDS}, {Name: "b"}},
+		func(w *config.Workload) string { return w.Source })
 	if dumped[0].(map[string]any)["source"] != "xds" || dumped[1].(map[string]any)["source"] != "file" {
 		t.Errorf("tagged: %v", dumped)
 	}
