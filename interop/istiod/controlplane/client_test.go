@@ -72,6 +72,23 @@ func (tokenCreds) RequireTransportSecurity() bool { return true }
 // tokenFile.
 func dial(t *testing.T, cp *controlplane.ControlPlane, tokenFile, clusterID string) *grpc.ClientConn {
 	t.Helper()
+	return connect(t, cp, clientTLS(t, cp),
+		grpc.WithPerRPCCredentials(tokenCreds{tokenFile: tokenFile, clusterID: clusterID}))
+}
+
+// dialCert is dial with a client certificate (if cert has one) and no token.
+func dialCert(t *testing.T, cp *controlplane.ControlPlane, cert tls.Certificate) *grpc.ClientConn {
+	t.Helper()
+	cfg := clientTLS(t, cp)
+	if len(cert.Certificate) > 0 {
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return connect(t, cp, cfg)
+}
+
+// clientTLS trusts the root file and expects the server name.
+func clientTLS(t *testing.T, cp *controlplane.ControlPlane) *tls.Config {
+	t.Helper()
 	rootPEM, err := os.ReadFile(cp.RootCertFile())
 	if err != nil {
 		t.Fatal(err)
@@ -80,11 +97,12 @@ func dial(t *testing.T, cp *controlplane.ControlPlane, tokenFile, clusterID stri
 	if !roots.AppendCertsFromPEM(rootPEM) {
 		t.Fatal("root file holds no certificate")
 	}
-	conn, err := grpc.NewClient(cp.Addr(),
-		grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-			RootCAs: roots, ServerName: cp.ServerName(), MinVersion: tls.VersionTLS12,
-		})),
-		grpc.WithPerRPCCredentials(tokenCreds{tokenFile: tokenFile, clusterID: clusterID}))
+	return &tls.Config{RootCAs: roots, ServerName: cp.ServerName(), MinVersion: tls.VersionTLS12}
+}
+
+func connect(t *testing.T, cp *controlplane.ControlPlane, cfg *tls.Config, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(cp.Addr(), append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +112,13 @@ func dial(t *testing.T, cp *controlplane.ControlPlane, tokenFile, clusterID stri
 
 // csr makes a P-256 key and a CSR carrying the SPIFFE URI SAN.
 func csr(t *testing.T, spiffeID string) []byte {
+	t.Helper()
+	_, p := keyAndCSR(t, spiffeID)
+	return p
+}
+
+// keyAndCSR is csr that also returns the key.
+func keyAndCSR(t *testing.T, spiffeID string) (*ecdsa.PrivateKey, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -110,16 +135,21 @@ func csr(t *testing.T, spiffeID string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+	return key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
 
-// createCertificate asks the CA for a certificate for spiffeID.
-func createCertificate(ctx context.Context, t *testing.T, conn *grpc.ClientConn, spiffeID string) (*pb.IstioCertificateResponse, error) {
+// createCertificate asks the CA for a one-hour certificate for spiffeID.
+func createCertificate(t *testing.T, conn *grpc.ClientConn, spiffeID string) (*pb.IstioCertificateResponse, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	return requestCertificate(conn, csr(t, spiffeID))
+}
+
+// requestCertificate sends one CSR to the CA, asking for one hour.
+func requestCertificate(conn *grpc.ClientConn, csrPEM []byte) (*pb.IstioCertificateResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), rpcTimeout)
 	defer cancel()
 	return pb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, &pb.IstioCertificateRequest{
-		Csr:              string(csr(t, spiffeID)),
+		Csr:              string(csrPEM),
 		ValidityDuration: int64(time.Hour / time.Second),
 	})
 }

@@ -82,8 +82,9 @@ type Options struct {
 	// instead of net.Listen("tcp", addr): e.g. to listen from inside a
 	// network namespace.
 	Listen func(addr string) (net.Listener, error)
-	// Dir receives the root certificate and token files; default a new
-	// temporary directory removed by Close.
+	// Dir receives the root certificate and token files (created if
+	// missing, left in place by Close); default a new temporary directory
+	// removed by Close.
 	Dir string
 	// ClusterID is the cluster istiod serves; default "Kubernetes".
 	ClusterID string
@@ -189,7 +190,11 @@ func Start(opts Options) (*ControlPlane, error) {
 	}
 
 	c := &ControlPlane{opts: opts, failer: &failer{logf: opts.Logf}, dir: opts.Dir}
-	if c.dir == "" {
+	if c.dir != "" {
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("controlplane: %w", err)
+		}
+	} else {
 		dir, err := os.MkdirTemp("", "fake-istiod-")
 		if err != nil {
 			return nil, fmt.Errorf("controlplane: %w", err)
@@ -318,7 +323,7 @@ func (c *ControlPlane) serveLocked() error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := server.Serve(lis); err != nil {
+		if err := server.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			c.opts.Logf("controlplane: serve %s: %v", c.addr, err)
 		}
 	}()

@@ -3,13 +3,16 @@ package controlplane_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,7 +73,7 @@ func token(t *testing.T, cp *controlplane.ControlPlane, ns, sa string) string {
 func TestCreateCertificate(t *testing.T) {
 	cp := start(t)
 	conn := dial(t, cp, token(t, cp, "vm", "vm-sa"), cp.ClusterID())
-	resp, err := createCertificate(context.Background(), t, conn, "spiffe://cluster.local/ns/vm/sa/vm-sa")
+	resp, err := createCertificate(t, conn, "spiffe://cluster.local/ns/vm/sa/vm-sa")
 	if err != nil {
 		t.Fatalf("CreateCertificate: %v", err)
 	}
@@ -101,7 +104,7 @@ func TestCreateCertificate(t *testing.T) {
 
 	// The CA signs for the caller's identity, not the CSR's: a CSR naming
 	// another service account still gets the token's identity.
-	resp, err = createCertificate(context.Background(), t, conn, "spiffe://cluster.local/ns/default/sa/other")
+	resp, err = createCertificate(t, conn, "spiffe://cluster.local/ns/default/sa/other")
 	if err != nil {
 		t.Fatalf("CreateCertificate (other SAN): %v", err)
 	}
@@ -130,7 +133,7 @@ func TestRefusesBadCallers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := dial(t, cp, tc.token, tc.clusterID)
-			_, err := createCertificate(context.Background(), t, conn, "spiffe://cluster.local/ns/vm/sa/vm-sa")
+			_, err := createCertificate(t, conn, "spiffe://cluster.local/ns/vm/sa/vm-sa")
 			if status.Code(err) != codes.Unauthenticated {
 				t.Errorf("CreateCertificate: %v, want Unauthenticated", err)
 			}
@@ -521,4 +524,117 @@ func uris(c *x509.Certificate) []string {
 		out = append(out, u.String())
 	}
 	return out
+}
+
+// A client certificate the CA issued authenticates a caller with no token,
+// as istiod accepts for renewals.
+func TestClientCertificateAuthenticates(t *testing.T) {
+	cp := start(t)
+	conn := dial(t, cp, token(t, cp, "vm", "vm-sa"), cp.ClusterID())
+	key, csrPEM := keyAndCSR(t, "spiffe://cluster.local/ns/vm/sa/vm-sa")
+	resp, err := requestCertificate(conn, csrPEM)
+	if err != nil {
+		t.Fatalf("CreateCertificate: %v", err)
+	}
+	cert := tls.Certificate{PrivateKey: key}
+	for _, c := range parseChain(t, resp.CertChain[:len(resp.CertChain)-1]) {
+		cert.Certificate = append(cert.Certificate, c.Raw)
+	}
+
+	withCert := dialCert(t, cp, cert)
+	renewed, err := createCertificate(t, withCert, "spiffe://cluster.local/ns/vm/sa/vm-sa")
+	if err != nil {
+		t.Fatalf("CreateCertificate with a client certificate: %v", err)
+	}
+	if got := uris(parseChain(t, renewed.CertChain)[0]); !slices.Equal(got, []string{"spiffe://cluster.local/ns/vm/sa/vm-sa"}) {
+		t.Errorf("renewed leaf URI SANs %v", got)
+	}
+	// Without a certificate or token the CA refuses.
+	if _, err := createCertificate(t, dialCert(t, cp, tls.Certificate{}), "spiffe://cluster.local/ns/vm/sa/vm-sa"); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("CreateCertificate without credentials: %v, want Unauthenticated", err)
+	}
+}
+
+// Options.Listen opens the listener at Start and again at Restart, on the
+// address Start resolved.
+func TestListenHook(t *testing.T) {
+	var addrs []string
+	cp, err := controlplane.Start(controlplane.Options{
+		Dir: t.TempDir(), Logf: t.Logf, IstioLogLevel: "none",
+		Listen: func(addr string) (net.Listener, error) {
+			addrs = append(addrs, addr)
+			return net.Listen("tcp", addr)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Close)
+	if err := cp.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"127.0.0.1:0", cp.Addr()}; !slices.Equal(addrs, want) {
+		t.Errorf("listened on %v, want %v", addrs, want)
+	}
+	cp.Close()
+	cp.Close() // idempotent
+	if err := cp.Restart(); err == nil {
+		t.Error("Restart after Close succeeded")
+	}
+}
+
+const meshYAML = `
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: vm
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata:
+  name: vm-a
+  namespace: vm
+  labels:
+    app: vm
+    networking.istio.io/tunnel: http
+spec:
+  address: 10.0.0.5
+  serviceAccount: vm-sa
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: vm-svc
+  namespace: vm
+spec:
+  clusterIP: 10.96.0.20
+  selector:
+    app: vm
+  ports:
+  - name: tcp
+    port: 9000
+    targetPort: 9000
+`
+
+func TestApplyYAML(t *testing.T) {
+	cp := start(t)
+	if err := cp.ApplyYAML([]byte(meshYAML)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pushTimeout)
+	defer cancel()
+	idx, err := cp.WaitIndex(ctx, func(x controlplane.Index) bool {
+		w := x.Workloads()[vmAName]
+		return w != nil && w.Services[vmSvc] != nil && x.Services()[vmSvc] != nil
+	})
+	if err != nil {
+		t.Fatalf("%v; index %v", err, keys(idx.Addresses))
+	}
+	w := idx.Workloads()[vmAName]
+	checkWorkload(t, w, "vm", "vm-sa", "10.0.0.5", workloadapi.TunnelProtocol_HBONE, true)
+
+	err = cp.ApplyYAML([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"))
+	if err == nil || !strings.Contains(err.Error(), "document 1") || !strings.Contains(err.Error(), "ConfigMap") {
+		t.Errorf("ConfigMap: %v, want an error naming the document and kind", err)
+	}
 }

@@ -59,7 +59,7 @@ func run() error {
 	clusterID := flag.String("cluster-id", controlplane.DefaultClusterID, "cluster id")
 	serverName := flag.String("server-name", controlplane.DefaultServerName, "DNS name of the serving certificate")
 	apply := flag.String("apply", "", "Kubernetes YAML file of objects to create at start")
-	logLevel := flag.String("istio-log", "warn", "Istio log level: debug, info, warn, error, none")
+	logLevel := flag.String("istio-log", "none", "Istio log level: debug, info, warn, error, none")
 	flag.Var(&tokens, "token", "namespace/serviceaccount to issue a token for (repeatable)")
 	flag.Parse()
 
