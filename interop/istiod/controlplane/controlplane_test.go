@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -636,5 +637,31 @@ func TestApplyYAML(t *testing.T) {
 	err = cp.ApplyYAML([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"))
 	if err == nil || !strings.Contains(err.Error(), "document 1") || !strings.Contains(err.Error(), "ConfigMap") {
 		t.Errorf("ConfigMap: %v, want an error naming the document and kind", err)
+	}
+}
+
+// Close ends every goroutine Start began and closes the listener.
+func TestCloseReleasesEverything(t *testing.T) {
+	before := runtime.NumGoroutine()
+	cp, err := controlplane.Start(controlplane.Options{Dir: t.TempDir(), IstioLogLevel: "none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := cp.Addr()
+	if runtime.NumGoroutine() <= before {
+		t.Fatal("Start began no goroutines; the check below would prove nothing")
+	}
+	cp.Close()
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("%s still accepts after Close", addr)
+	}
+	deadline := time.Now().Add(pushTimeout)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 64<<10)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond) // goroutines end on their own schedule; nothing to wait on
 	}
 }

@@ -112,74 +112,59 @@ func (c *ControlPlane) KubeClient() kubelib.Client { return c.fake.KubeClient() 
 
 // ApplyNamespace creates or updates a Namespace.
 func (c *ControlPlane) ApplyNamespace(ns *corev1.Namespace) error {
-	api := c.fake.KubeClient().Kube().CoreV1().Namespaces()
-	return apply("namespace", ns.Name,
-		func(ctx context.Context) error { _, err := api.Create(ctx, ns, metav1.CreateOptions{}); return err },
-		func(ctx context.Context) error { _, err := api.Update(ctx, ns, metav1.UpdateOptions{}); return err })
+	return apply("namespace", c.fake.KubeClient().Kube().CoreV1().Namespaces(), ns)
 }
 
 // ApplyPod creates or updates a Pod, then writes its status (IP, phase,
 // readiness) as the kubelet would.
 func (c *ControlPlane) ApplyPod(pod *corev1.Pod) error {
 	api := c.fake.KubeClient().Kube().CoreV1().Pods(pod.Namespace)
-	key := pod.Namespace + "/" + pod.Name
-	if err := apply("pod", key,
-		func(ctx context.Context) error { _, err := api.Create(ctx, pod, metav1.CreateOptions{}); return err },
-		func(ctx context.Context) error { _, err := api.Update(ctx, pod, metav1.UpdateOptions{}); return err }); err != nil {
+	if err := apply("pod", api, pod); err != nil {
 		return err
 	}
 	if _, err := api.UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("controlplane: pod %s status: %w", key, err)
+		return fmt.Errorf("controlplane: pod %s/%s status: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
 }
 
 // DeletePod deletes a Pod.
 func (c *ControlPlane) DeletePod(namespace, name string) error {
-	return remove("pod", namespace, name, c.fake.KubeClient().Kube().CoreV1().Pods(namespace).Delete)
+	return remove("pod", namespace, name, c.fake.KubeClient().Kube().CoreV1().Pods(namespace))
 }
 
 // ApplyService creates or updates a Service.
 func (c *ControlPlane) ApplyService(svc *corev1.Service) error {
-	api := c.fake.KubeClient().Kube().CoreV1().Services(svc.Namespace)
-	return apply("service", svc.Namespace+"/"+svc.Name,
-		func(ctx context.Context) error { _, err := api.Create(ctx, svc, metav1.CreateOptions{}); return err },
-		func(ctx context.Context) error { _, err := api.Update(ctx, svc, metav1.UpdateOptions{}); return err })
+	return apply("service", c.fake.KubeClient().Kube().CoreV1().Services(svc.Namespace), svc)
 }
 
 // DeleteService deletes a Service.
 func (c *ControlPlane) DeleteService(namespace, name string) error {
-	return remove("service", namespace, name, c.fake.KubeClient().Kube().CoreV1().Services(namespace).Delete)
+	return remove("service", namespace, name, c.fake.KubeClient().Kube().CoreV1().Services(namespace))
 }
 
 // ApplyWorkloadEntry creates or updates a WorkloadEntry
 // (networking.istio.io/v1).
 func (c *ControlPlane) ApplyWorkloadEntry(we *networkingv1.WorkloadEntry) error {
-	api := c.fake.KubeClient().Istio().NetworkingV1().WorkloadEntries(we.Namespace)
-	return apply("workloadentry", we.Namespace+"/"+we.Name,
-		func(ctx context.Context) error { _, err := api.Create(ctx, we, metav1.CreateOptions{}); return err },
-		func(ctx context.Context) error { _, err := api.Update(ctx, we, metav1.UpdateOptions{}); return err })
+	return apply("workloadentry", c.fake.KubeClient().Istio().NetworkingV1().WorkloadEntries(we.Namespace), we)
 }
 
 // DeleteWorkloadEntry deletes a WorkloadEntry.
 func (c *ControlPlane) DeleteWorkloadEntry(namespace, name string) error {
 	return remove("workloadentry", namespace, name,
-		c.fake.KubeClient().Istio().NetworkingV1().WorkloadEntries(namespace).Delete)
+		c.fake.KubeClient().Istio().NetworkingV1().WorkloadEntries(namespace))
 }
 
 // ApplyAuthorizationPolicy creates or updates an AuthorizationPolicy
 // (security.istio.io/v1).
 func (c *ControlPlane) ApplyAuthorizationPolicy(p *securityv1.AuthorizationPolicy) error {
-	api := c.fake.KubeClient().Istio().SecurityV1().AuthorizationPolicies(p.Namespace)
-	return apply("authorizationpolicy", p.Namespace+"/"+p.Name,
-		func(ctx context.Context) error { _, err := api.Create(ctx, p, metav1.CreateOptions{}); return err },
-		func(ctx context.Context) error { _, err := api.Update(ctx, p, metav1.UpdateOptions{}); return err })
+	return apply("authorizationpolicy", c.fake.KubeClient().Istio().SecurityV1().AuthorizationPolicies(p.Namespace), p)
 }
 
 // DeleteAuthorizationPolicy deletes an AuthorizationPolicy.
 func (c *ControlPlane) DeleteAuthorizationPolicy(namespace, name string) error {
 	return remove("authorizationpolicy", namespace, name,
-		c.fake.KubeClient().Istio().SecurityV1().AuthorizationPolicies(namespace).Delete)
+		c.fake.KubeClient().Istio().SecurityV1().AuthorizationPolicies(namespace))
 }
 
 // ApplyYAML applies every document of a Kubernetes YAML stream: Namespaces,
@@ -228,22 +213,37 @@ func (c *ControlPlane) ApplyYAML(data []byte) error {
 	}
 }
 
+// writer is the part of a typed Kubernetes client apply uses.
+type writer[T metav1.Object] interface {
+	Create(ctx context.Context, obj T, opts metav1.CreateOptions) (T, error)
+	Update(ctx context.Context, obj T, opts metav1.UpdateOptions) (T, error)
+}
+
+// deleter is the part of a typed Kubernetes client remove uses.
+type deleter interface {
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
 // apply creates obj, or updates it if it exists. The in-memory client
 // answers at once, so a background context is enough.
-func apply(kind, key string, create, update func(context.Context) error) error {
+func apply[T metav1.Object](kind string, api writer[T], obj T) error {
 	ctx := context.Background()
-	err := create(ctx)
+	_, err := api.Create(ctx, obj, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		err = update(ctx)
+		_, err = api.Update(ctx, obj, metav1.UpdateOptions{})
 	}
 	if err != nil {
+		key := obj.GetName()
+		if ns := obj.GetNamespace(); ns != "" {
+			key = ns + "/" + key
+		}
 		return fmt.Errorf("controlplane: %s %s: %w", kind, key, err)
 	}
 	return nil
 }
 
-func remove(kind, namespace, name string, del func(context.Context, string, metav1.DeleteOptions) error) error {
-	if err := del(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+func remove(kind, namespace, name string, api deleter) error {
+	if err := api.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("controlplane: delete %s %s/%s: %w", kind, namespace, name, err)
 	}
 	return nil
