@@ -144,13 +144,18 @@ func TestRefusesBadCallers(t *testing.T) {
 			}
 		})
 	}
-	t.Run("node namespace not the token's", func(t *testing.T) {
-		conn := dial(t, cp, good, cp.ClusterID())
-		wds := openWDS(t, conn, vmNode(t, cp, "vm-a", "other", "vm-sa", "10.0.0.5"), nil)
-		if err := wds.waitEnd(pushTimeout); status.Code(err) != codes.PermissionDenied {
-			t.Errorf("delta ADS: %v, want PermissionDenied", err)
-		}
-	})
+	for _, tc := range []struct{ name, ns, sa string }{
+		{"node namespace not the token's", "other", "vm-sa"},
+		{"node service account not the token's", "vm", "other-sa"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := dial(t, cp, good, cp.ClusterID())
+			wds := openWDS(t, conn, vmNode(t, cp, "vm-a", tc.ns, tc.sa, "10.0.0.5"), nil)
+			if err := wds.waitEnd(pushTimeout); status.Code(err) != codes.PermissionDenied {
+				t.Errorf("delta ADS: %v, want PermissionDenied", err)
+			}
+		})
+	}
 }
 
 // The mesh every WDS test starts from: a Pod behind a Service in "default",
