@@ -22,7 +22,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	pb "istio.io/api/security/v1alpha1"
@@ -273,6 +275,41 @@ func (c *wdsClient) apply(resp *discovery.DeltaDiscoveryResponse) error {
 	}
 	c.mu.Unlock()
 	return c.stream.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce})
+}
+
+// nackNext reads the next response of typeURL (skipping, unapplied, any of
+// other types), records it and NACKs it with reason, as a client does with
+// a resource it cannot use.
+func (c *wdsClient) nackNext(typeURL, reason string, timeout time.Duration) *discovery.DeltaDiscoveryResponse {
+	c.t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for n := 0; n < maxResponses; n++ {
+		select {
+		case resp, open := <-c.recv:
+			if !open {
+				c.t.Fatalf("stream ended: %v", c.streamErr())
+			}
+			if resp.TypeUrl != typeURL {
+				if err := c.apply(resp); err != nil {
+					c.t.Fatal(err)
+				}
+				continue
+			}
+			err := c.stream.Send(&discovery.DeltaDiscoveryRequest{
+				TypeUrl: typeURL, ResponseNonce: resp.Nonce,
+				ErrorDetail: status.New(codes.InvalidArgument, reason).Proto(),
+			})
+			if err != nil {
+				c.t.Fatalf("nack: %v", err)
+			}
+			return resp
+		case <-deadline.C:
+			c.t.Fatalf("no %s response within %v", typeURL, timeout)
+		}
+	}
+	c.t.Fatalf("no %s response in %d responses", typeURL, maxResponses)
+	return nil
 }
 
 // waitFor reads, applies and ACKs responses until cond holds on the

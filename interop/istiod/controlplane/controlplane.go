@@ -263,6 +263,10 @@ func (c *ControlPlane) startDiscovery() (*fakexds.FakeDiscoveryServer, error) {
 		defer close(done)
 		srv = fakexds.NewFakeDiscoveryServer(c.failer, fakexds.FakeOptions{
 			DefaultClusterName: cluster.ID(c.opts.ClusterID),
+			// istiod's PILOT_DEBOUNCE_AFTER (100ms by default), not the test
+			// default of none: the delay from a change to its push is then
+			// the one a real mesh shows.
+			DebounceTime: features.DebounceAfter,
 			KubeClientModifier: func(client kubelib.Client) {
 				client.Kube().(*fake.Clientset).PrependReactor("create", "tokenreviews", c.tokens.review)
 			},
