@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
+	networkingapi "istio.io/api/networking/v1alpha3"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	istioconfig "istio.io/istio/pkg/config"
+	"istio.io/istio/pkg/config/validation"
 	kubelib "istio.io/istio/pkg/kube"
 
 	"github.com/meshtun/meshtun/interop/istiod/controlplane"
@@ -125,8 +131,42 @@ func decodeYAML(data []byte) ([]runtime.Object, error) {
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
+		if we, ok := obj.(*networkingv1.WorkloadEntry); ok {
+			if err := checkWorkloadEntry(doc, we); err != nil {
+				return nil, fmt.Errorf("document %d: %w", i, err)
+			}
+		}
 		out = append(out, obj)
 	}
+}
+
+// checkWorkloadEntry checks what the strict decoder does not: Istio's
+// specs unmarshal leniently (unknown fields dropped), so the spec of doc
+// is decoded again with protojson, which refuses them, and then checked by
+// Istio's own validation, as its admission webhook would.
+func checkWorkloadEntry(doc []byte, we *networkingv1.WorkloadEntry) error {
+	what := fmt.Sprintf("WorkloadEntry %s/%s", we.Namespace, we.Name)
+	js, err := utilyaml.ToJSON(doc)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var top struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(js, &top); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := protojson.Unmarshal(top.Spec, &networkingapi.WorkloadEntry{}); err != nil {
+		return fmt.Errorf("%s: spec: %w", what, err)
+	}
+	cfg := istioconfig.Config{
+		Meta: istioconfig.Meta{Name: we.Name, Namespace: we.Namespace, Labels: we.Labels, Annotations: we.Annotations},
+		Spec: &we.Spec,
+	}
+	if _, err := validation.ValidateWorkloadEntry(cfg); err != nil {
+		return fmt.Errorf("%s: Istio's validation: %w", what, err)
+	}
+	return nil
 }
 
 // stripComments drops YAML comment lines, to tell a document of comments
