@@ -110,3 +110,28 @@ func TestGatewayTOMLNeedsItsFiles(t *testing.T) {
 		}
 	}
 }
+
+// README.md's commands make the token and name the files gateway.toml
+// reads, for the identity gateway.toml joins as.
+func TestREADMEMatches(t *testing.T) {
+	cfg, err := config.Load(withPlaceholders(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	for _, want := range []string{
+		"kubectl create token " + cfg.Mesh.ServiceAccount + " -n " + cfg.Mesh.Namespace + " --audience istio-ca",
+		"kubectl get configmap istio-ca-root-cert -n " + cfg.Mesh.Namespace,
+		rootCertPath, tokenPath,
+		"kubectl apply -f vm.yaml",
+		"sudo make demo-mesh",
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
