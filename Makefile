@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build test vet unit demo bench clean
+.PHONY: all build test vet unit demo demo-mesh bench clean
 
 all: build
 
@@ -36,6 +36,15 @@ vet:
 ## TUN → netstack → HBONE → peer gateway → server; needs root.
 demo: build
 	$(GO) run ./examples/two-nodes -bin $(BIN)
+
+## demo-mesh: examples/vm-in-ambient-mesh run here: Istio's own control
+## plane in process (interop/istiod), node A joins the mesh as the VM,
+## node B as a server workload, one transfer through a service VIP; needs
+## root. The first run builds Istio's dependency tree (many minutes; the
+## build cache keeps it afterwards).
+demo-mesh: build
+	@echo "demo-mesh: building interop/istiod/cmd/demo-mesh; the first build compiles Istio's control plane and takes many minutes (interop/istiod/README.md, Build times), later ones seconds"
+	cd interop/istiod && $(GO) run ./cmd/demo-mesh -bin ../../$(BIN) -example ../../examples/vm-in-ambient-mesh
 
 ## bench: the gateway pair against the kernel, same topology, same run
 ## (bench/README.md); needs root. BENCHFLAGS picks scenarios and sizes,
