@@ -7,9 +7,12 @@ import (
 	"crypto/elliptic"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -642,4 +645,37 @@ func TestCARootFileRotation(t *testing.T) {
 		t.Fatalf("Fetch after the root rotation: %v", err)
 	}
 	ca.next(t)
+}
+
+// ControlPlane.Control is applied to the socket of every connection (the
+// gateway marks them to bypass its own TUN), and a Control that fails
+// fails the call instead of connecting unmarked.
+func TestControlPlaneSocketControl(t *testing.T) {
+	noLeaks(t)
+	p := newTestPKI(t)
+	_, addr := startCA(t, p)
+
+	var calls atomic.Int32
+	opts := testCAOptions(t, p, addr)
+	opts.ControlPlane.Control = func(network, address string, c syscall.RawConn) error {
+		calls.Add(1)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := newTestCAClient(t, opts).Fetch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if calls.Load() == 0 {
+		t.Error("Control was not called on the connection's socket")
+	}
+
+	opts.ControlPlane.Control = func(network, address string, c syscall.RawConn) error {
+		return errors.New("mark refused")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := newTestCAClient(t, opts).Fetch(ctx); err == nil {
+		t.Error("a Fetch whose socket Control failed succeeded")
+	}
 }

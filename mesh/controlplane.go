@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"sync"
 	"time"
 
@@ -43,6 +44,11 @@ type ControlPlane struct {
 	// ClusterID is sent as the "clusterid" header on every call; istiod uses
 	// it to pick the cluster that validates the token.
 	ClusterID string
+	// Control, if set, is called on each socket before it connects (as
+	// net.Dialer.Control): the gateway marks its sockets so that istiod's
+	// address, when it lies inside a captured range (a ClusterIP), is
+	// reached over the main routing table and not through the TUN.
+	Control func(network, address string, c syscall.RawConn) error
 }
 
 // Logger is what the clients log through. Both *slog.Logger and
@@ -122,7 +128,11 @@ func dial(cp ControlPlane, b backoffConfig) (*grpc.ClientConn, error) {
 		InsecureSkipVerify: true,
 		VerifyConnection:   roots.verify(cp.ServerName),
 	}
+	dialer := &net.Dialer{Control: cp.Control}
 	conn, err := grpc.NewClient(cp.Address,
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", addr)
+		}),
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsConf)),
 		grpc.WithPerRPCCredentials(tokenCredentials{file: cp.TokenFile, clusterID: cp.ClusterID}),
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -331,6 +331,11 @@ func startMesh(ctx context.Context, cfg *config.Config, g *gateway.Gateway, log 
 		TokenFile:  cfg.Mesh.TokenFile,
 		ClusterID:  cfg.Mesh.ClusterID,
 	}
+	if cfg.TUN.Name != "" {
+		// istiod's address may be a ClusterIP inside tun.routes: the mark
+		// sends these sockets by the main table, never into our own TUN.
+		cp.Control = tun.BypassControl
+	}
 	caCP := cp
 	caCP.Address = cfg.Mesh.CAAddress
 	ca, err := mesh.NewCertManager(mesh.CAOptions{
