@@ -84,7 +84,7 @@ func TestGatewayTOMLLoads(t *testing.T) {
 	}
 	for _, r := range cfg.TUN.Routes {
 		if r.Contains(xds.Addr()) {
-			t.Errorf("mesh.xds_address %s is inside tun.routes %s: the connection to istiod would be captured", xds, r)
+			t.Errorf("mesh.xds_address %s is inside tun.routes %s: istiod must be reachable by the VM's own routes (a ClusterIP is not)", xds, r)
 		}
 	}
 	if n := len(cfg.Workloads) + len(cfg.Services) + len(cfg.Policies) + len(cfg.Peers); n != 0 {
