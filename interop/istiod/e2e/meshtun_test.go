@@ -50,7 +50,7 @@ func TestMeshtunInIstio(t *testing.T) {
 	t.Run("pod recreated with a new IP", m.testPodChange)
 	t.Run("deny policy", m.testDeny)
 	t.Run("istiod restarted", m.testRestart)
-	_ = m.testBadToken // next commit
+	t.Run("bad token", m.testBadToken)
 }
 
 // certDump is the certificate section of /config_dump.
@@ -213,7 +213,6 @@ func (m *mesh) issue(t *testing.T, n *topo.Node, sa string) tls.Certificate {
 	cert.PrivateKey = key
 	return cert
 }
-
 
 // Node A's plans for node B's service, node B's workload and the ambient
 // Pod are what Istio's ambient index holds for them: HBONE to the
@@ -593,8 +592,19 @@ func (m *mesh) testBadToken(t *testing.T) {
 			t.Fatalf("no log line %q saying Unauthenticated: %v\n%s", what, err, strings.Join(g.Logs(), "\n"))
 		}
 		t.Logf("bad token: %s", line)
-		if !strings.Contains(line, "token") {
-			t.Errorf("the log line does not say the token was refused: %s", line)
+		if !strings.Contains(line, "refused the token in "+tok) {
+			t.Errorf("the log line does not name the token file %s: %s", tok, line)
+		}
+	}
+	// It keeps asking, with backoff, and stays up meanwhile.
+	const attempts = 3
+	for len(g.LogsContaining("CA request failed")) < attempts {
+		select {
+		case <-g.Exited():
+			t.Fatalf("meshtun exited with a bad token:\n%s", strings.Join(g.Logs(), "\n"))
+		case <-ctx.Done():
+			t.Fatalf("fewer than %d CA attempts within the wait: %v", attempts, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	select {

@@ -54,7 +54,7 @@ const (
 
 	// Service port → target port on the nodes: xfer on 8080, an echo on
 	// 8081.
-	svcPort, xferPort = 80, 8080
+	svcPort, xferPort     = 80, 8080
 	echoSvcPort, echoPort = 81, 8081
 
 	adminAddr     = "127.0.0.1:15000"
