@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/meshtun/meshtun/internal/topo"
 	"github.com/meshtun/meshtun/interop/istiod/controlplane"
@@ -48,6 +50,15 @@ func TestServesInsideNetns(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		resp, err := createCertificate(t, conn, "spiffe://cluster.local/ns/vm/sa/vm-sa")
+		// Right after a restart the client may still hold the transport
+		// the old server closed (READY until it reads the EOF): a call on
+		// it fails Unavailable, and a client tries again, as meshtun's
+		// does after a backoff. A few tries, each on a connection seen
+		// ready again.
+		for try := 0; try < 5 && status.Code(err) == codes.Unavailable; try++ {
+			waitReady(t, conn)
+			resp, err = createCertificate(t, conn, "spiffe://cluster.local/ns/vm/sa/vm-sa")
+		}
 		if err != nil {
 			t.Fatalf("%s: CreateCertificate from node B: %v", when, err)
 		}
