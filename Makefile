@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build test vet unit demo demo-mesh bench clean
+.PHONY: all build test test-istiod vet unit demo demo-mesh bench clean
 
 all: build
 
@@ -25,9 +25,20 @@ build:
 
 ## test: vet, then every test with the race detector. As root, the
 ## namespace tests (TUN, two gateways end to end) run too; without root
-## they skip and say why.
+## they skip and say why. Then test-istiod, below.
 test: vet
 	$(GO) test -race -count=1 -timeout 30m ./...
+	$(MAKE) test-istiod
+
+## test-istiod: the module interop/istiod (its own go.mod): meshtun against
+## Istio's own control plane, in process. It builds Istio's tree, so the
+## first (cold) build takes minutes — tens of them on a small machine
+## (interop/istiod/README.md, "Build times"); the build cache keeps later
+## runs to about a minute. No -race: the instrumented build of Istio's
+## tree is far slower still, and the tests exercise Istio's code and the
+## meshtun binary, not racy code of this module.
+test-istiod:
+	cd interop/istiod && $(GO) vet ./... && $(GO) test -count=1 -timeout 30m ./...
 
 vet:
 	$(GO) vet ./...

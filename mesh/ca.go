@@ -69,6 +69,7 @@ type Certificate struct {
 // istio.v1.auth.IstioCertificateService/CreateCertificate. Each Fetch
 // makes a fresh key. Safe for concurrent use.
 type CAClient struct {
+	cp       ControlPlane
 	conn     *grpc.ClientConn
 	client   pb.IstioCertificateServiceClient
 	identity string
@@ -89,6 +90,7 @@ func NewCAClient(opts CAOptions) (*CAClient, error) {
 		return nil, fmt.Errorf("ca: %w", err)
 	}
 	return &CAClient{
+		cp:       opts.ControlPlane,
 		conn:     conn,
 		client:   pb.NewIstioCertificateServiceClient(conn),
 		identity: opts.identity(),
@@ -160,7 +162,7 @@ func (c *CAClient) Fetch(ctx context.Context) (*Certificate, error) {
 		ValidityDuration: int64(c.ttl / time.Second),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("ca: CreateCertificate: %w", err)
+		return nil, fmt.Errorf("ca: CreateCertificate: %w", c.cp.explainRefusal(err))
 	}
 	cert, err := parseChain(resp.GetCertChain(), key, c.identity, time.Now())
 	if err != nil {

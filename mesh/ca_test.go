@@ -679,3 +679,20 @@ func TestControlPlaneSocketControl(t *testing.T) {
 		t.Error("a Fetch whose socket Control failed succeeded")
 	}
 }
+
+// istiod refusing the token: the error keeps the code and says which
+// token file was refused (istiod's message names none).
+func TestCARefusedTokenNamesTheFile(t *testing.T) {
+	noLeaks(t)
+	p := newTestPKI(t)
+	ca, addr := startCA(t, p)
+	ca.setFail(status.Error(codes.Unauthenticated, "request authenticate failure"))
+	opts := testCAOptions(t, p, addr)
+	c := newTestCAClient(t, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	_, err := c.Fetch(ctx)
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "refused the token in "+opts.ControlPlane.TokenFile) {
+		t.Fatalf("Fetch with a refused token = %v, want Unauthenticated naming %s", err, opts.ControlPlane.TokenFile)
+	}
+}

@@ -156,6 +156,30 @@ func dial(cp ControlPlane, b backoffConfig) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
+// explainRefusal adds to an error istiod answered Unauthenticated or
+// PermissionDenied which token file it refused and what istiod checks, so
+// the log points at what to fix: istiod's own message ("authentication
+// failure") names neither. The status code is kept (the error wraps it).
+// An error that names the file already is ours (reading it failed before
+// any call) and is left as it is.
+func (cp ControlPlane) explainRefusal(err error) error {
+	if cp.TokenFile != "" && strings.Contains(err.Error(), cp.TokenFile) {
+		return err
+	}
+	switch status.Code(err) {
+	case codes.Unauthenticated:
+		if cp.TokenFile == "" {
+			return fmt.Errorf("%w (no token sent: mesh.token_file is empty)", err)
+		}
+		return fmt.Errorf("%w (istiod refused the token in %s: it must be a service account token with audience istio-ca that cluster %q accepts)",
+			err, cp.TokenFile, cp.ClusterID)
+	case codes.PermissionDenied:
+		return fmt.Errorf("%w (istiod refused the token in %s for this node: its namespace and service account must be mesh.namespace and mesh.service_account)",
+			err, cp.TokenFile)
+	}
+	return err
+}
+
 // tokenCredentials adds the bearer token, read from its file for each call
 // (stream), and the cluster id.
 type tokenCredentials struct {

@@ -76,6 +76,7 @@ type TypeStats struct {
 // XDSClient holds one delta ADS stream to istiod, subscribed to Address and
 // Authorization, and the resources it delivered.
 type XDSClient struct {
+	cp       ControlPlane
 	conn     *grpc.ClientConn
 	ads      discovery.AggregatedDiscoveryServiceClient
 	node     Node
@@ -119,6 +120,7 @@ func NewXDSClient(opts XDSOptions) (*XDSClient, error) {
 		stats.Types[t] = TypeStats{}
 	}
 	return &XDSClient{
+		cp:       opts.ControlPlane,
 		conn:     conn,
 		ads:      discovery.NewAggregatedDiscoveryServiceClient(conn),
 		node:     opts.Node,
@@ -204,6 +206,9 @@ func (c *XDSClient) run(ctx context.Context) {
 			c.mu.Unlock()
 		}
 		delivered, err := c.stream(ctx)
+		if err != nil {
+			err = c.cp.explainRefusal(err)
+		}
 		c.mu.Lock()
 		c.stats.Connected = false
 		if err != nil && ctx.Err() == nil {

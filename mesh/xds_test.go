@@ -679,3 +679,28 @@ func nextResource(t *testing.T, seen chan Resource) Resource {
 		return Resource{}
 	}
 }
+
+// istiod ending the stream Unauthenticated: the error in the stats (and
+// the log) names the token file it refused.
+func TestXDSRefusedTokenNamesTheFile(t *testing.T) {
+	noLeaks(t)
+	h := newXDSHarness(t, nil)
+	h.client.Start()
+	select {
+	case st := <-h.ads.streams:
+		st.end <- status.Error(codes.Unauthenticated, "authentication failure")
+	case <-time.After(waitFor):
+		t.Fatal("no stream")
+	}
+	want := "refused the token in " + h.opts.ControlPlane.TokenFile
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(h.client.Stats().LastError, want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("last error %q does not say %q", h.client.Stats().LastError, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(h.client.Stats().LastError, "Unauthenticated") {
+		t.Errorf("last error %q does not say Unauthenticated", h.client.Stats().LastError)
+	}
+}
