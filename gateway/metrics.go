@@ -112,6 +112,9 @@ type metrics struct {
 	pool   atomic.Pointer[hbone.Pool]
 	server atomic.Pointer[hbone.Server]
 	stack  atomic.Pointer[netstack.Stack]
+	// meshStats reads the gateway's merge of the mesh's state (false: the
+	// mesh is off). Set once, before serving.
+	meshStats func() (MeshStats, bool)
 	// The mesh clients, stored when [mesh] is on and they are made.
 	xds atomic.Pointer[mesh.XDSClient]
 	ca  atomic.Pointer[mesh.CertManager]
@@ -163,6 +166,12 @@ func newMetrics() *metrics {
 		&statsCollector[netstack.Stats]{stats: statsOf(&m.stack, (*netstack.Stack).Stats), families: netstackFamilies},
 		&statsCollector[hbone.PoolStats]{stats: statsOf(&m.pool, (*hbone.Pool).Stats), families: poolFamilies},
 		&statsCollector[hbone.ServerStats]{stats: statsOf(&m.server, (*hbone.Server).Stats), families: serverFamilies},
+		&statsCollector[MeshStats]{stats: func() (MeshStats, bool) {
+			if m.meshStats == nil {
+				return MeshStats{}, false
+			}
+			return m.meshStats()
+		}, families: meshStateFamilies},
 		&meshCollector{xds: statsOf(&m.xds, (*mesh.XDSClient).Stats), ca: statsOf(&m.ca, (*mesh.CertManager).Stats)},
 		buildInfo,
 		collectors.NewGoCollector(),
@@ -429,6 +438,23 @@ var (
 			func(s hbone.PoolStats) uint64 { return s.StreamsOpened }),
 		counterOf("meshtun_hbone_pool_streams_failed_total", "CONNECTs sent that got another status, a reset, or no answer.",
 			func(s hbone.PoolStats) uint64 { return s.StreamsFailed }),
+	}
+	meshStateFamilies = []statFamily[MeshStats]{
+		counterOf("meshtun_mesh_updates_total", "States from istiod merged into the gateway's snapshot.",
+			func(s MeshStats) uint64 { return s.Updates }),
+		gaugeOf("meshtun_mesh_rejected_resources", "Resources of istiod's state in force that could not be used (NACKed, with the reason in the log).",
+			func(s MeshStats) int64 { return s.Rejected }),
+		gaugeOf("meshtun_mesh_clashes", "Entries of istiod's state in force dropped because the file has one of the same address, VIP and port, or name (the file wins).",
+			func(s MeshStats) int64 { return s.Clashes }),
+		counterOf("meshtun_mesh_other_network_denied_total", "Flows denied because their destination is in another network (no double HBONE yet).",
+			func(s MeshStats) uint64 { return s.OtherNetwork }),
+		gaugeOf("meshtun_mesh_ready", "1 once a complete state from istiod was applied.",
+			func(s MeshStats) int {
+				if s.Ready {
+					return 1
+				}
+				return 0
+			}),
 	}
 	serverFamilies = []statFamily[hbone.ServerStats]{
 		counterOf("meshtun_hbone_server_connections_accepted_total", "Inbound HBONE connections that completed the TLS handshake.",

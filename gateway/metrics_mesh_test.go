@@ -192,3 +192,35 @@ func TestMetricsMeshClients(t *testing.T) {
 		t.Error("meshtun_ca_cert_expiry_seconds has a sample before any certificate")
 	}
 }
+
+// The merge of istiod's state is exported field by field (values that
+// differ per field), and not at all with the mesh off.
+func TestMetricsMeshState(t *testing.T) {
+	st := MeshStats{Updates: 3, Rejected: 4, Clashes: 5, OtherNetwork: 6, Ready: true}
+	on := &statsCollector[MeshStats]{stats: func() (MeshStats, bool) { return st, true }, families: meshStateFamilies}
+	want := map[string]float64{
+		"meshtun_mesh_updates_total":              3,
+		"meshtun_mesh_rejected_resources":         4,
+		"meshtun_mesh_clashes":                    5,
+		"meshtun_mesh_other_network_denied_total": 6,
+		"meshtun_mesh_ready":                      1,
+	}
+	if got := gatherSeries(t, on); !maps.Equal(got, want) {
+		t.Errorf("gathered %v\nwant %v", got, want)
+	}
+	off := &statsCollector[MeshStats]{stats: func() (MeshStats, bool) { return MeshStats{}, false }, families: meshStateFamilies}
+	if got := gatherSeries(t, off); len(got) != 0 {
+		t.Errorf("samples with the mesh off: %v", got)
+	}
+
+	// Through a gateway's registry: none of them while [mesh] is off.
+	g := metricsGateway(t)
+	g.metrics.meshStats = func() (MeshStats, bool) { return g.MeshStats(), g.cfg.Mesh.Enabled() }
+	srv := httptest.NewServer(g.metricsHandler())
+	defer srv.Close()
+	for _, s := range scrape(t, srv.URL, "/metrics") {
+		if strings.HasPrefix(s.name, "meshtun_mesh_") {
+			t.Errorf("%s with the mesh off", s.name)
+		}
+	}
+}
