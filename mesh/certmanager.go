@@ -58,10 +58,8 @@ type CertManager struct {
 	now    func() time.Time
 
 	ready     chan struct{}
-	startOnce sync.Once
+	loop      routine // the request/renewal loop, run
 	closeOnce sync.Once
-	cancel    context.CancelFunc
-	done      chan struct{}
 
 	mu      sync.Mutex
 	cert    *Certificate
@@ -84,7 +82,6 @@ func NewCertManager(opts CAOptions) (*CertManager, error) {
 		bcfg:   newBackoffConfig(opts.MinBackoff, opts.MaxBackoff),
 		now:    time.Now,
 		ready:  make(chan struct{}),
-		done:   make(chan struct{}),
 		subs:   map[int]chan struct{}{},
 		stats:  CAStats{Identity: client.Identity()},
 	}, nil
@@ -92,21 +89,7 @@ func NewCertManager(opts CAOptions) (*CertManager, error) {
 
 // Start begins the request/renewal loop in a goroutine Close ends. It
 // returns at once; Ready tells when the first certificate is in.
-func (m *CertManager) Start() {
-	m.startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		m.mu.Lock()
-		if m.closed {
-			m.mu.Unlock()
-			cancel()
-			close(m.done)
-			return
-		}
-		m.cancel = cancel
-		m.mu.Unlock()
-		go m.run(ctx)
-	})
-}
+func (m *CertManager) Start() { m.loop.start(m.run) }
 
 // Close stops the loop, waits for it, closes the connection and the
 // subscribers' channels. Idempotent; safe without Start.
@@ -115,12 +98,8 @@ func (m *CertManager) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		m.closed = true
-		cancel := m.cancel
 		m.mu.Unlock()
-		if cancel != nil {
-			cancel()
-			<-m.done
-		}
+		m.loop.stop()
 		err = m.client.Close()
 		m.mu.Lock()
 		for id, ch := range m.subs {
@@ -189,7 +168,6 @@ func (m *CertManager) Stats() CAStats {
 }
 
 func (m *CertManager) run(ctx context.Context) {
-	defer close(m.done)
 	b := newBackoff(m.bcfg)
 	var wait time.Duration // the first request goes out at once
 	var announced *Certificate

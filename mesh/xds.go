@@ -86,16 +86,13 @@ type XDSClient struct {
 	bcfg     backoffConfig
 
 	ready     chan struct{}
-	startOnce sync.Once
+	loop      routine // the stream, run
 	closeOnce sync.Once
 	closeErr  error
-	cancel    context.CancelFunc
-	done      chan struct{}
 
-	mu     sync.Mutex
-	closed bool
-	store  *store
-	stats  XDSStats
+	mu    sync.Mutex
+	store *store
+	stats XDSStats
 }
 
 // NewXDSClient checks opts and makes the client; it does not connect until
@@ -129,7 +126,6 @@ func NewXDSClient(opts XDSOptions) (*XDSClient, error) {
 		log:      orNop(opts.Logger),
 		bcfg:     bcfg,
 		ready:    make(chan struct{}),
-		done:     make(chan struct{}),
 		store:    newStore(),
 		stats:    stats,
 	}, nil
@@ -140,34 +136,13 @@ func (c *XDSClient) NodeID() string { return c.node.ID() }
 
 // Start opens the stream in a goroutine Close ends, and keeps it open,
 // reconnecting with backoff. It returns at once.
-func (c *XDSClient) Start() {
-	c.startOnce.Do(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			cancel()
-			close(c.done)
-			return
-		}
-		c.cancel = cancel
-		c.mu.Unlock()
-		go c.run(ctx)
-	})
-}
+func (c *XDSClient) Start() { c.loop.start(c.run) }
 
 // Close ends the stream, waits for the client's goroutine and closes the
 // connection. Idempotent; safe without Start.
 func (c *XDSClient) Close() error {
 	c.closeOnce.Do(func() {
-		c.mu.Lock()
-		c.closed = true
-		cancel := c.cancel
-		c.mu.Unlock()
-		if cancel != nil {
-			cancel()
-			<-c.done
-		}
+		c.loop.stop()
 		c.closeErr = c.conn.Close()
 	})
 	return c.closeErr
@@ -197,7 +172,6 @@ func (c *XDSClient) Stats() XDSStats {
 }
 
 func (c *XDSClient) run(ctx context.Context) {
-	defer close(c.done)
 	b := newBackoff(c.bcfg)
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
