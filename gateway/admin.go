@@ -79,7 +79,14 @@ func (g *Gateway) configDump() map[string]any {
 	tagSources(d["services"], cfg.Services, func(s *config.Service) string { return s.Source })
 	tagSources(d["policies"], cfg.Policies, func(p *config.Policy) string { return p.Source })
 	if ca := g.metrics.ca.Load(); ca != nil {
-		d["certificate"] = meshCertificate(ca.Stats())
+		st := ca.Stats()
+		c := meshCertificate(st)
+		// not_after is the certificate HBONE presents: the manager's
+		// latest once the gateway took it.
+		if cert, _, notAfter := g.certs().Current(); cert != nil && !st.Expiry.IsZero() {
+			c.NotAfter = notAfter.UTC()
+		}
+		d["certificate"] = c
 	} else {
 		d["certificate"] = g.fileCertificate()
 	}

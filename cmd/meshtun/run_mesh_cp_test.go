@@ -8,10 +8,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -30,6 +33,7 @@ import (
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/gateway"
 	"github.com/meshtun/meshtun/mesh"
 )
 
@@ -45,6 +49,7 @@ type fakeIstiod struct {
 	rootFile string
 	addrs    []*discovery.Resource
 	reqs     chan *discovery.DeltaDiscoveryRequest
+	leafTTL  time.Duration // lifetime of the certificates it issues; 0: an hour
 }
 
 const fakeIstiodName = "istiod.istio-system.svc"
@@ -123,7 +128,11 @@ func (f *fakeIstiod) CreateCertificate(_ context.Context, req *pb.IstioCertifica
 	tmpl := &x509.Certificate{URIs: csr.URIs, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	ttl := f.leafTTL
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(ttl)
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.root, csr.PublicKey, f.rootKey)
 	if err != nil {
 		return nil, err
@@ -169,16 +178,10 @@ func addressResource(t *testing.T, name string, w *workloadapi.Workload) *discov
 	return &discovery.Resource{Name: name, Version: "1", Resource: &anypb.Any{TypeUrl: mesh.AddressType, Value: body}}
 }
 
-// run's mesh wiring against a fake istiod: the node it announces, the
-// certificate the gateway gets, the converted state applied, and a
-// resource the conversion refuses NACKed with the reason.
-func TestStartMeshAgainstFakeIstiod(t *testing.T) {
-	f, addr := newFakeIstiod(t, nil)
-	f.addrs = []*discovery.Resource{
-		addressResource(t, "vm/vm-1", &workloadapi.Workload{Uid: "vm/vm-1", Name: "vm-1", Namespace: "vm", ServiceAccount: "vm-sa",
-			Addresses: [][]byte{netip.MustParseAddr("127.0.0.1").AsSlice()}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE}),
-		addressResource(t, "broken", &workloadapi.Workload{Uid: "broken", Name: "broken", Namespace: "vm", Addresses: [][]byte{{1, 2, 3}}}),
-	}
+// startFakeMesh runs startMesh for a [mesh] gateway.toml pointed at f, and
+// returns the gateway and the mesh's clients (closed at cleanup).
+func startFakeMesh(t *testing.T, f *fakeIstiod, addr string) (*gateway.Gateway, *meshClients) {
+	t.Helper()
 	dir := t.TempDir()
 	token := filepath.Join(dir, "istio-token")
 	if err := os.WriteFile(token, []byte("a-token\n"), 0o600); err != nil {
@@ -211,10 +214,26 @@ instance_ips = ["127.0.0.1"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(m.Close)
+	return g, m
+}
+
+// run's mesh wiring against a fake istiod: the node it announces, the
+// certificate the gateway gets, the converted state applied, and a
+// resource the conversion refuses NACKed with the reason.
+func TestStartMeshAgainstFakeIstiod(t *testing.T) {
+	f, addr := newFakeIstiod(t, nil)
+	f.addrs = []*discovery.Resource{
+		addressResource(t, "vm/vm-1", &workloadapi.Workload{Uid: "vm/vm-1", Name: "vm-1", Namespace: "vm", ServiceAccount: "vm-sa",
+			Addresses: [][]byte{netip.MustParseAddr("127.0.0.1").AsSlice()}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE}),
+		addressResource(t, "broken", &workloadapi.Workload{Uid: "broken", Name: "broken", Namespace: "vm", Addresses: [][]byte{{1, 2, 3}}}),
+	}
+	g, _ := startFakeMesh(t, f, addr)
 	if g.Identity() != "spiffe://cluster.local/ns/vm/sa/vm-sa" {
 		t.Errorf("gateway identity %q", g.Identity())
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 
 	var nack, ack *discovery.DeltaDiscoveryRequest
 	var first *discovery.DeltaDiscoveryRequest
@@ -254,4 +273,46 @@ type testLog struct{ t *testing.T }
 func (w testLog) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// A certificate the CA renews reaches the gateway (the one HBONE takes
+// for its next handshakes, shown by /config_dump): the CertManager renews
+// at half the certificate's life, here a few seconds.
+func TestMeshRenewalReachesGateway(t *testing.T) {
+	f, addr := newFakeIstiod(t, nil)
+	f.leafTTL = 4 * time.Second
+	g, _ := startFakeMesh(t, f, addr)
+	admin := httptest.NewServer(g.AdminHandler())
+	defer admin.Close()
+	notAfter := func() string {
+		t.Helper()
+		resp, err := http.Get(admin.URL + "/config_dump")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var dump struct {
+			Certificate struct {
+				Identity string `json:"identity"`
+				NotAfter string `json:"not_after"`
+			} `json:"certificate"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&dump); err != nil {
+			t.Fatal(err)
+		}
+		if dump.Certificate.Identity != "spiffe://cluster.local/ns/vm/sa/vm-sa" {
+			t.Fatalf("certificate identity %q", dump.Certificate.Identity)
+		}
+		return dump.Certificate.NotAfter
+	}
+	first := notAfter()
+	if first == "" {
+		t.Fatal("no certificate in /config_dump")
+	}
+	// Polled, bounded: the renewal comes after about 2 s.
+	for deadline := time.Now().Add(15 * time.Second); notAfter() == first; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the certificate in force (not after %s) was not renewed within 15s", first)
+		}
+	}
 }
