@@ -17,7 +17,6 @@ import (
 	"istio.io/istio/pkg/workloadapi/security"
 
 	"github.com/meshtun/meshtun/config"
-	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
 	"github.com/meshtun/meshtun/mesh"
 )
@@ -32,21 +31,7 @@ func meshDenyPort(name string, port uint16) config.Policy {
 func TestApplyMeshClosesDeniedOpenFlows(t *testing.T) {
 	e := newReloadEnv(t, "")
 	denied, kept := echo(t), echo(t)
-	sd, err := e.connect(denied)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sd.Close()
-	sk, err := e.connect(kept)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sk.Close()
-	for _, s := range []*hbone.ClientStream{sd, sk} {
-		if err := ping(s, "before"); err != nil {
-			t.Fatalf("before the update: %v", err)
-		}
-	}
+	sd, sk := e.openEchoed(denied, kept)
 	if st := e.g.MeshStats(); st.Ready || st.Updates != 0 {
 		t.Fatalf("MeshStats before any update = %+v", st)
 	}

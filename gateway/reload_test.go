@@ -199,25 +199,30 @@ func denyPort(name string, port uint16) string {
 	return fmt.Sprintf("\n[[policies]]\nname = %q\naction = \"deny\"\n  [[policies.rules]]\n  destination_ports = [%d]\n", name, port)
 }
 
+// openEchoed opens a stream through e's gateway to each of the two echo
+// targets (closed at cleanup) and checks that each echoes.
+func (e *reloadEnv) openEchoed(a, b netip.AddrPort) (sa, sb *hbone.ClientStream) {
+	e.t.Helper()
+	var streams [2]*hbone.ClientStream
+	for i, target := range []netip.AddrPort{a, b} {
+		s, err := e.connect(target)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(func() { s.Close() })
+		if err := ping(s, "before"); err != nil {
+			e.t.Fatalf("stream to %s, before any change: %v", target, err)
+		}
+		streams[i] = s
+	}
+	return streams[0], streams[1]
+}
+
 func TestReloadClosesDeniedOpenFlows(t *testing.T) {
 	e := newReloadEnv(t, "")
 	denied, kept := echo(t), echo(t)
 
-	sd, err := e.connect(denied)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sd.Close()
-	sk, err := e.connect(kept)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sk.Close()
-	for _, s := range []*hbone.ClientStream{sd, sk} {
-		if err := ping(s, "before"); err != nil {
-			t.Fatalf("before the reload: %v", err)
-		}
-	}
+	sd, sk := e.openEchoed(denied, kept)
 
 	changed, restart := e.reload(denyPort("close-it", denied.Port()))
 	if !slices.Equal(changed, []string{"policies"}) || len(restart) != 0 {
