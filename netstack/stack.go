@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
@@ -32,6 +33,20 @@ const (
 	DefaultReceiveWindow = 1 << 20
 
 	nicID tcpip.NICID = 1
+
+	// timeWait is how long a flow our side closed first stays in
+	// TIME_WAIT (gVisor's default: 60 s). The client's kernel, which
+	// closed second, keeps nothing and may reuse the source port for its
+	// next connection to the same destination at once; gVisor gives a SYN
+	// that meets a TIME_WAIT endpoint only to a listening endpoint, and
+	// the forwarder is none, so that SYN and its retransmissions were
+	// dropped until TIME_WAIT ended: a client connect timing out. Shorter
+	// than a kernel's first SYN retransmission (1 s, RFC 6298), so such a
+	// SYN costs at most that one retransmission. What TIME_WAIT guards
+	// against (old duplicates, a lost last ACK) hardly exists on a TUN: a
+	// retransmitted FIN after it gets a RST, and the client's socket, in
+	// LAST_ACK, just closes.
+	timeWait = 500 * time.Millisecond
 )
 
 // Options configures New. One of Device, Link, or FD and MTU must be set.
@@ -198,6 +213,12 @@ func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
 	sack := tcpip.TCPSACKEnabled(true)
 	if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
 		return fmt.Errorf("netstack: enable SACK: %w", toError(err))
+	}
+
+	// TIME_WAIT: see timeWait.
+	tw := tcpip.TCPTimeWaitTimeoutOption(timeWait)
+	if err := s.stack.SetTransportProtocolOption(tcp.ProtocolNumber, &tw); err != nil {
+		return fmt.Errorf("netstack: set TIME_WAIT: %w", toError(err))
 	}
 
 	fwd := tcp.NewForwarder(s.stack, opts.ReceiveWindow, opts.MaxInFlight, s.forward)
