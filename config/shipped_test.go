@@ -385,7 +385,7 @@ func TestRequiredKeys(t *testing.T) {
 					if req {
 						t.Fatalf("%s (%s) does not set required key %s", shippedFile, state.name, path)
 					}
-					t.Skipf("%s (%s) does not set %s", shippedFile, state.name, path)
+					return // an optional key the file leaves out: nothing to take away
 				}
 				var out strings.Builder
 				if err := toml.NewEncoder(&out).Encode(tree); err != nil {

@@ -182,7 +182,7 @@ func TestApplyMeshConvertedEndToEnd(t *testing.T) {
 	e := newOutboundEnv(t, "")
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
-		t.Skipf("no 127.0.0.2 on loopback: %v", err)
+		t.Fatalf("127.0.0.2 (all of 127.0.0.0/8 is loopback on Linux): %v", err)
 	}
 	ln.Close()
 	target := echoOn(t, "127.0.0.2:0")

@@ -554,7 +554,7 @@ func TestXDSServerDownAtStart(t *testing.T) {
 
 	ln2, err := net.Listen("tcp", addr)
 	if err != nil {
-		t.Skipf("the port was taken meanwhile: %v", err)
+		t.Fatalf("listening again on the closed server's port %s: %v", addr, err)
 	}
 	ads := startADS(t, p, ln2)
 	st := ads.next(t)

@@ -22,7 +22,7 @@ import (
 func TestServesInsideNetns(t *testing.T) {
 	top, err := topo.New("mtistiod")
 	if errors.Is(err, topo.ErrNotPermitted) {
-		t.Skip(err)
+		t.Skipf("needs root for network namespaces: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
