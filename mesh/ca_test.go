@@ -149,6 +149,17 @@ func testCAOptions(t *testing.T, p *testPKI, addr string) CAOptions {
 
 const testIdentity = "spiffe://cluster.local/ns/vm/sa/vm-sa"
 
+// noCall fails the test if the CA has received a call; why says how a
+// call would have come in.
+func (ca *fakeCA) noCall(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case call := <-ca.calls:
+		t.Fatalf("the CA was called %s: %+v", why, call)
+	default:
+	}
+}
+
 func newTestCAClient(t *testing.T, opts CAOptions) *CAClient {
 	t.Helper()
 	c, err := NewCAClient(opts)
@@ -291,11 +302,7 @@ func TestCARefusesWrongServerName(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("Fetch with the wrong server name = %v, want a certificate error", err)
 	}
-	select {
-	case call := <-ca.calls:
-		t.Fatalf("the CA was called through an unverified connection: %+v", call)
-	default:
-	}
+	ca.noCall(t, "through an unverified connection")
 }
 
 func TestCAMissingTokenFailsBeforeTheCall(t *testing.T) {
@@ -311,11 +318,7 @@ func TestCAMissingTokenFailsBeforeTheCall(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "read token") {
 		t.Fatalf("Fetch without a token = %v, want Unauthenticated reading the token", err)
 	}
-	select {
-	case call := <-ca.calls:
-		t.Fatalf("the CA was called without a token: %+v", call)
-	default:
-	}
+	ca.noCall(t, "without a token")
 }
 
 func TestCAOptionsChecked(t *testing.T) {
