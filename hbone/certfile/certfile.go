@@ -151,7 +151,7 @@ func New(opts Options) (*Source, error) {
 		return nil, fmt.Errorf("certfile: %s: identity %s is not in trust domain %q", opts.CertFile, cur.id, opts.TrustDomain)
 	}
 	s.opts.TrustDomain = cur.id.TrustDomain()
-	s.install(cur)
+	s.installLocked(cur) // no subscriber and no other goroutine yet
 
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -340,8 +340,13 @@ func (s *Source) untilExpiry() time.Duration {
 // reload loads the files again and puts them in force if they are whole
 // and new.
 func (s *Source) reload() {
-	result, err := s.tryReload()
+	result, next, err := s.tryReload()
 	s.mu.Lock()
+	if result == Applied {
+		s.installLocked(next)
+	}
+	// Counted under the lock that puts next in force, so a subscriber
+	// woken by the signal reads stats that already include this reload.
 	s.stats.Reloads[result]++
 	cur := s.cur
 	if err != nil {
@@ -349,6 +354,9 @@ func (s *Source) reload() {
 		s.stats.LastErrorAt = time.Now()
 	} else {
 		s.stats.LastError = ""
+	}
+	if result == Applied {
+		s.notifyLocked()
 	}
 	s.mu.Unlock()
 	switch result {
@@ -364,38 +372,38 @@ func (s *Source) reload() {
 	}
 }
 
-func (s *Source) tryReload() (Result, error) {
+// tryReload loads the files and says whether they may replace the pair
+// in force (Applied, with the new pair), are the same (Unchanged) or are
+// refused.
+func (s *Source) tryReload() (Result, *loaded, error) {
 	next, err := s.load()
 	if err != nil {
-		return Refused, err
+		return Refused, nil, err
 	}
 	s.mu.Lock()
 	cur := s.cur
 	s.mu.Unlock()
 	if sameFiles(next, cur) {
-		return Unchanged, nil
+		return Unchanged, nil, nil
 	}
 	if td := next.id.TrustDomain(); td != s.opts.TrustDomain {
-		return Refused, fmt.Errorf("certfile: %s: identity %s is not in trust domain %q", s.opts.CertFile, next.id, s.opts.TrustDomain)
+		return Refused, nil, fmt.Errorf("certfile: %s: identity %s is not in trust domain %q", s.opts.CertFile, next.id, s.opts.TrustDomain)
 	}
 	if !time.Now().Before(next.cert.Leaf.NotAfter) {
-		return Refused, fmt.Errorf("certfile: %s: certificate expired at %s", s.opts.CertFile, expiryString(next))
+		return Refused, nil, fmt.Errorf("certfile: %s: certificate expired at %s", s.opts.CertFile, expiryString(next))
 	}
 	if next.id != cur.id {
 		s.log.Warn("identity changed; new connections use the new one", "from", cur.id.String(), "to", next.id.String())
 	}
-	s.install(next)
-	return Applied, nil
+	return Applied, next, nil
 }
 
-// install puts l in force and tells the subscribers.
-func (s *Source) install(l *loaded) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// installLocked puts l in force; the caller holds s.mu and tells the
+// subscribers.
+func (s *Source) installLocked(l *loaded) {
 	s.cur = l
 	s.stats.Identity = l.id.String()
 	s.stats.Expiry = l.cert.Leaf.NotAfter
-	s.notifyLocked()
 }
 
 func (s *Source) notifyLocked() {
