@@ -197,8 +197,20 @@ func TestOutboundFlowRelayed(t *testing.T) {
 	b := accessLine(t, e.logs, target)
 	wantIn(t, b, "[INFO]", "direction=inbound", "response_flags=-", "src.addr=10.0.0.7:41000",
 		"src.identity="+reloadClientID, "bytes_sent=4", "bytes_recv=4")
-	if n := e.a.flows.open(outbound); n != 0 {
-		t.Errorf("%d outbound flows open after the flow was logged, want 0", n)
+	waitNoFlows(t, &e.a.flows, outbound)
+}
+
+// waitNoFlows waits until ft holds no flow (a flow's line is logged just
+// before it leaves the table), then checks none is counted in direction.
+func waitNoFlows(t *testing.T, ft *flowTable, direction string) {
+	t.Helper()
+	select {
+	case <-ft.idleCh():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d %s flows still open 10s after their lines were logged", ft.open(direction), direction)
+	}
+	if n := ft.open(direction); n != 0 {
+		t.Errorf("%d %s flows counted open with none in the table, want 0", n, direction)
 	}
 }
 
@@ -286,9 +298,7 @@ func TestOutboundAcceptFails(t *testing.T) {
 	e.a.serveOutbound(r)
 	wantIn(t, accessLine(t, e.aLogs, target), "[WARN]", "response_flags=-", `error="client gone"`)
 	accessLine(t, e.logs, target) // the peer's inbound flow ended too
-	if n := e.a.flows.open(outbound); n != 0 {
-		t.Errorf("%d outbound flows open, want 0", n)
-	}
+	waitNoFlows(t, &e.a.flows, outbound)
 }
 
 // While draining, a captured connection is refused and never becomes a

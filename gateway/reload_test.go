@@ -374,13 +374,7 @@ func TestReloadConcurrentFlows(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for e.g.flows.open(inbound) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d inbound flows still in the flow table after every flow ended", e.g.flows.open(inbound))
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the handlers to return, bounded
-	}
+	waitNoFlows(t, &e.g.flows, inbound)
 }
 
 // isStreamEnd reports an error of a stream the gateway ended.
