@@ -332,12 +332,14 @@ func Convert(snap Snapshot, node Node) State {
 	}
 	for _, name := range sortedKeys(snap.Authorizations) {
 		a := snap.Authorizations[name]
-		if a.GetDryRun() || !applies(a, node.Namespace, selected) {
-			continue
-		}
+		// Converted first, whether or not it is in force here, so that
+		// what Validate refuses is rejected the same way (fuzz_test.go).
 		p, err := convertPolicy(a)
 		if err != nil {
 			reject(name, err)
+			continue
+		}
+		if a.GetDryRun() || !applies(a, node.Namespace, selected) {
 			continue
 		}
 		st.Policies = append(st.Policies, p)
