@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build test test-istiod vet unit demo demo-mesh bench clean
+.PHONY: all build test test-istiod vet unit demo demo-mesh bench fuzz clean
 
 all: build
 
@@ -65,6 +65,22 @@ demo-mesh: build
 bench: build
 	@command -v iperf3 >/dev/null 2>&1 || apt-get install -y -q iperf3 >/dev/null 2>&1 || echo "iperf3 not installed: its cross-check row will be skipped"
 	$(GO) run ./bench/cmd/meshtun-bench -bin $(BIN) $(BENCHFLAGS)
+
+## fuzz: every `func Fuzz…` target of the module, each for FUZZTIME
+## (default 10s; e.g. make fuzz FUZZTIME=5m). `make test` already runs
+## each target's seeds (f.Add and testdata/fuzz/); this searches for new
+## inputs (interop/istiod, a module of its own, has no target). A crasher
+## is written to the package's testdata/fuzz/<target>/: commit it with
+## the fix, and it stays a regression test.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./interop/istiod/' | sort); do \
+		dir=$$(dirname $$f); \
+		for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz: $$dir $$t for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$dir; \
+		done; \
+	done
 
 clean:
 	rm -rf bin
