@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -520,54 +519,7 @@ func TestServerSettingsWire(t *testing.T) {
 // reader never writes, so the queue is all that grows, and it is bounded
 // (docs/hbone.md, "HTTP/2 settings").
 func TestServerPingFloodWithoutReading(t *testing.T) {
-	e := newSrvTest(t, srvEcho, nil)
-	ca, _ := srvTestCA()
-	cert, err := ca.KeyPair(srvTestClientID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A small receive buffer, so the server's writes back up soon.
-	d := net.Dialer{Timeout: srvTestWait, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10)
-		})
-		return errors.Join(err, serr)
-	}}
-	raw, err := d.Dial("tcp", e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.SetDeadline(time.Now().Add(srvTestWait))
-	tc := tls.Client(raw, ClientConfig(cert, ca.Pool(), []string{srvTestServerID}))
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	var batch bytes.Buffer
-	fr := http2.NewFramer(&batch, nil)
-	batch.WriteString(http2.ClientPreface)
-	fr.WriteSettings()
-	first := bytes.Clone(batch.Bytes())
-	batch.Reset()
-	for i := range 100 { // well below the cap: the writer keeps up with a burst
+	floodWithoutReading(t, newHostile(t, nil), "PINGs", func(fr *http2.Framer, i int) {
 		fr.WritePing(false, [8]byte{byte(i)})
-	}
-	pings := batch.Bytes()
-	if _, err := tc.Write(first); err != nil {
-		t.Fatal(err)
-	}
-	// 20,000 rounds of 100 PINGs: 34 MB of them, far more than the
-	// socket buffers between us hold as ACKs.
-	for round := range 20000 {
-		if _, err := tc.Write(pings); err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				t.Fatalf("round %d: the server stopped reading instead of cutting the flood off: %v", round, err)
-			}
-			t.Logf("cut off after %d rounds of 100 PINGs: %v", round, err)
-			return
-		}
-	}
-	t.Fatal("the server answered 2 million PINGs that were never read")
+	})
 }

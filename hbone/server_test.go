@@ -189,9 +189,7 @@ func srvEcho(r *Request) {
 		return
 	}
 	defer st.Close()
-	if _, err := io.Copy(st, st); err == nil {
-		st.CloseWrite()
-	}
+	srvEchoStream(st)
 }
 
 // srvSend writes n random bytes to w (then closes it if it is a Closer)
