@@ -41,7 +41,7 @@ func TestEndToEndSelfRepair(t *testing.T) {
 	}
 	var received atomic.Int64 // payload and header bytes the server has read
 	served := make(chan struct{})
-	go func() { xfer.Serve(countingListener2{l, &received}); close(served) }()
+	go func() { xfer.Serve(byteCounter{l, &received}); close(served) }()
 	t.Cleanup(func() { l.Close(); <-served })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -160,13 +160,13 @@ func (c *gatedConn) Write(p []byte) (int, error) {
 	return done, nil
 }
 
-// countingListener2 counts the bytes read from its connections.
-type countingListener2 struct {
+// byteCounter is a listener that counts the bytes read from its connections.
+type byteCounter struct {
 	net.Listener
 	n *atomic.Int64
 }
 
-func (l countingListener2) Accept() (net.Conn, error) {
+func (l byteCounter) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
