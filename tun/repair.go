@@ -21,17 +21,17 @@ import (
 // the host removes or changes it.
 //
 // A network manager, a cleanup script or an operator's `ip` command may
-// take down the link, flush its addresses, delete a capture route or a
-// bypass rule; without them, captured traffic silently stops reaching the
-// gateway. A Repairer watches the kernel's routing events (one netlink
-// socket subscribed to the link, address, route and rule groups of both
-// families; the kernel pushes them, nothing is polled) and, after a short
-// debounce that gathers a burst into one pass, compares the whole state
-// Open configured with what the kernel holds and restores what differs:
-// the link up, then the addresses, then the routes (a route on a link that
-// is down fails), then the rules. Each restoration is logged as one line
-// ("restored route 10.244.2.0/24 dev meshtun0 table 109") and counted by
-// kind in Stats.
+// take down the link, change its MTU, flush its addresses, delete a
+// capture route or a bypass rule; without them, captured traffic
+// silently stops reaching the gateway. A Repairer watches the kernel's
+// routing events (one netlink socket subscribed to the link, address,
+// route and rule groups of both families; the kernel pushes them, nothing
+// is polled) and, after a short debounce that gathers a burst into one
+// pass, compares the whole state Open configured with what the kernel
+// holds and restores what differs: the link up and its MTU, then the
+// addresses, then the routes (a route on a link that is down fails), then
+// the rules. Each restoration is logged as one line ("restored route
+// 10.244.2.0/24 dev meshtun0 table 109") and counted by kind in Stats.
 //
 // The comparison is idempotent: our own restorations raise events too,
 // and the pass they cause finds everything in place and changes nothing,
@@ -47,16 +47,16 @@ import (
 // events said.
 //
 // The desired state is the Device's: Open sets it and nothing changes it
-// afterwards (tun.routes is a key a reload does not apply, so no reload
-// removes a route on purpose; the routes a Repairer restores are exactly
-// the ones Open added). Close stops the restorations before it removes
-// anything (Device.mu, Device.closing), so shutting down never races a
-// repair.
+// afterwards, so the routes a Repairer restores are exactly the ones Open
+// added (the gateway's tun.routes and tun.addresses are keys a reload does
+// not apply: no reload removes a route on purpose). Close stops the
+// restorations before it removes anything (Device.mu, Device.closing), so
+// shutting down never races a repair.
 
-// Kinds of restoration, the What of a Repair; a fixed set, as a metric
-// label must be.
+// Kinds of restoration, as RepairStats counts them (RepairStats.Of); a
+// fixed set, as a metric label's values must be.
 const (
-	RepairLink    = "link"    // the link was down and was set up
+	RepairLink    = "link"    // the link was down and was set up, or its MTU was changed and was set back
 	RepairAddress = "address" // an address was missing and was added
 	RepairRoute   = "route"   // a capture route was missing or changed and was put back
 	RepairRule    = "rule"    // a bypass rule was missing and was added
@@ -448,6 +448,9 @@ func (r *Repairer) reconcile() (restored int, err error) {
 
 	if link.Attrs().Flags&net.FlagUp == 0 {
 		note(0, fmt.Sprintf("link %s up", d.name), d.nl.LinkSetUp(link))
+	}
+	if link.Attrs().MTU != d.mtu {
+		note(0, fmt.Sprintf("link %s mtu %d", d.name, d.mtu), d.nl.LinkSetMTU(link, d.mtu))
 	}
 
 	if len(d.addrs) > 0 {

@@ -128,6 +128,9 @@ func (rg *repairRig) intact() error {
 		if link.Attrs().Flags&net.FlagUp == 0 {
 			problems = append(problems, "link down")
 		}
+		if m := link.Attrs().MTU; m != tun.DefaultMTU {
+			problems = append(problems, fmt.Sprintf("MTU %d", m))
+		}
 		addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 		if err != nil {
 			problems = append(problems, err.Error())
@@ -216,6 +219,8 @@ func TestRepair(t *testing.T) {
 			kind: tun.RepairRule, exact: true, log: "restored rule 10109: not from all fwmark 0x6d74 lookup 109 (IPv6)"},
 		{name: "link set down", cmd: []string{"link", "set", repairDev, "down"},
 			kind: tun.RepairLink, log: "restored link mtrep0 up"},
+		{name: "MTU changed", cmd: []string{"link", "set", repairDev, "mtu", "1500"},
+			kind: tun.RepairLink, exact: true, log: "restored link mtrep0 mtu 65000"},
 		{name: "addresses flushed", cmd: []string{"addr", "flush", "dev", repairDev},
 			kind: tun.RepairAddress, log: "restored address 10.99.0.1/32 dev mtrep0"},
 	}

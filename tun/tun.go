@@ -22,6 +22,10 @@
 //
 // After a crash, Cleanup(name) removes a leftover device and its routes.
 //
+// A Repairer (repair.go) keeps what Open configured in place while the
+// device is open: a link set down, an address flushed, a route or rule
+// deleted by something else on the host is restored within a second.
+//
 // Open and Cleanup act in the network namespace of the calling OS thread;
 // the Device remembers that namespace, so Close may be called from anywhere.
 package tun
