@@ -12,7 +12,7 @@ import (
 // until something is restored, so a rate() sees the first one.
 var repairsDesc = prometheus.NewDesc("meshtun_repairs_total",
 	"Parts of the TUN's configuration restored after something outside the gateway removed or changed them, by what: "+
-		"link (set up again), address, route (a capture route) or rule (a bypass rule).",
+		"link (set up again, or its MTU set back), address, route (a capture route) or rule (a bypass rule).",
 	[]string{"what"}, nil)
 
 // repairCollector exports the Repairer's Stats, read once per scrape.
