@@ -106,12 +106,14 @@ const (
 	retryDelay = time.Second
 	// fightWindow and fightFree: restorations closer together than
 	// fightWindow count as one fight; after fightFree of them the pass
-	// delay doubles per restoration, up to fightMaxDelay. Three or four
-	// passes with restorations come from one outside change at most (the
-	// change, then our own events), so 5 is never reached by a single
-	// incident.
-	fightWindow   = 10 * time.Second
-	fightFree     = 5
+	// delay doubles per restoration, up to fightMaxDelay. One outside
+	// change makes one restoring pass (the pass our own events start finds
+	// nothing); an operator or a script changing things one by one makes
+	// a few in a row. Ten, each within 2 s of the last, is something
+	// reacting to our restorations, which a daemon does within
+	// milliseconds.
+	fightWindow   = 2 * time.Second
+	fightFree     = 10
 	fightMaxDelay = 30 * time.Second
 	// receiveBuffer is the subscription's socket buffer. A host whose
 	// routing daemon replaces many routes at once can send thousands of

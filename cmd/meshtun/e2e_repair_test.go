@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +21,8 @@ import (
 // bypass rule, the TUN's addresses and its up state are taken away with
 // the ip command, one after another, while a transfer runs through the
 // gateways; each comes back (logged, counted on /metrics), and the
-// transfer ends with both hashes right.
+// transfer ends with both hashes right. A reload that drops a route from
+// tun.routes leaves it in force (restart-only), and so restored.
 func TestEndToEndSelfRepair(t *testing.T) {
 	bin, dir, tp := twoNodes(t, "mtrep", func(_, s string) string { return s })
 	// Registered before the gateways start, so it runs after they stop:
@@ -102,6 +106,43 @@ func TestEndToEndSelfRepair(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("transfer did not finish within 30 s of the last step")
+	}
+
+	// A reload that drops a route from tun.routes does not take it away
+	// (the key needs a restart): the route stays in force, so the
+	// Repairer still restores it.
+	const v6route = "fd00:10:244:2::/64"
+	pathA := filepath.Join(dir, "node-a.toml")
+	cfgA, err := os.ReadFile(pathA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := strings.Replace(string(cfgA), `, "`+v6route+`"]`, `]`, 1)
+	if dropped == string(cfgA) {
+		t.Fatalf("node A's config has no route %s to drop", v6route)
+	}
+	if err := os.WriteFile(pathA, []byte(dropped), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(gwA.PID(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer rcancel()
+	if _, err := gwA.WaitLog(rctx, "key=tun.routes"); err != nil {
+		t.Fatalf("the reload: %v", err)
+	}
+	restoredV6 := "restored route " + v6route + " dev meshtun0 table 109"
+	before := len(gwA.LogsContaining(restoredV6))
+	if err := tp.A.IP("-6", "route", "del", v6route, "table", "109"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for len(gwA.LogsContaining(restoredV6)) == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("route %s, in force after the reload, not restored within 15 s", v6route)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log; bounded by deadline
 	}
 
 	samples := scrapeNode(t, tp.A, "/metrics")
