@@ -54,7 +54,7 @@ func TestEndToEndSelfRepair(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial %s: %v", target, err)
 	}
-	const phase = 8 << 20 // bytes the client may send per step
+	const phase = 4 << 20 // bytes the client may send per step
 	gc := &gatedConn{TCPConn: c.(*net.TCPConn), limit: phase}
 	gc.cond = sync.NewCond(&gc.mu)
 	defer gc.open(math.MaxInt64) // never leave the writer parked
@@ -70,7 +70,7 @@ func TestEndToEndSelfRepair(t *testing.T) {
 	size := int64(len(steps)+1) * phase
 	result := make(chan error, 1)
 	go func() {
-		_, err := xfer.Run(gc, size, 4<<20)
+		_, err := xfer.Run(gc, size, 1<<20)
 		result <- err
 	}()
 
