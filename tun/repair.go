@@ -279,33 +279,42 @@ func retryAfter(failures int) time.Duration {
 // pacer spaces the passes: debounce normally, longer while something
 // keeps undoing what the passes restore (fightWindow, fightFree).
 type pacer struct {
-	streak int       // passes with restorations in a row, each within fightWindow of the last
-	last   time.Time // the last pass with restorations
+	streak int           // restoring passes in a row, each soon after the last (fighting)
+	last   time.Time     // the last restoring pass
+	wait   time.Duration // the delay the streak puts before the next pass
+}
+
+// fighting reports whether a pass at now continues the streak: it comes
+// within fightWindow of the end of the wait the streak imposed.
+func (p *pacer) fighting(now time.Time) bool {
+	return p.streak > 0 && now.Sub(p.last) <= p.wait+fightWindow
 }
 
 // delay is the wait before a pass asked for at now.
 func (p *pacer) delay(now time.Time) time.Duration {
-	if p.streak < fightFree || now.Sub(p.last) > fightWindow {
+	if !p.fighting(now) {
 		return debounce
 	}
-	d := debounce << (p.streak - fightFree + 1)
-	if d > fightMaxDelay || d <= 0 {
-		d = fightMaxDelay
-	}
-	return d
+	return p.wait
 }
 
-// restored records a pass at now that restored something; slowed says
-// the next pass will wait d, longer than debounce.
-func (p *pacer) restored(now time.Time) (d time.Duration, slowed bool) {
-	if p.streak > 0 && now.Sub(p.last) <= fightWindow {
+// restored records a pass at now that restored something and returns
+// the wait before the next one; slowed says it is longer than debounce.
+func (p *pacer) restored(now time.Time) (wait time.Duration, slowed bool) {
+	if p.fighting(now) {
 		p.streak++
 	} else {
 		p.streak = 1
 	}
 	p.last = now
-	d = p.delay(now)
-	return d, d > debounce
+	p.wait = debounce
+	if over := p.streak - fightFree; over >= 0 {
+		p.wait = fightMaxDelay
+		if over < 20 { // 50 ms << 20 is far past the cap
+			p.wait = min(debounce<<(over+1), fightMaxDelay)
+		}
+	}
+	return p.wait, p.wait > debounce
 }
 
 // subscription is one netlink socket subscribed to repairGroups and the

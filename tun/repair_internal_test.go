@@ -149,8 +149,9 @@ type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
-// TestPacer: passes wait debounce; a run of restorations each within
-// fightWindow of the last slows them, doubling up to fightMaxDelay; a
+// TestPacer: passes wait debounce; a run of restorations, each coming
+// right after the wait the last one imposed (something undoing each one
+// at once), slows them, doubling up to fightMaxDelay and staying there; a
 // quiet fightWindow brings debounce back.
 func TestPacer(t *testing.T) {
 	var p pacer
@@ -158,28 +159,37 @@ func TestPacer(t *testing.T) {
 	if d := p.delay(now); d != debounce {
 		t.Fatalf("fresh: %v, want %v", d, debounce)
 	}
+	// An operator's changes, one every second: never slowed.
 	for i := 1; i < fightFree; i++ {
 		now = now.Add(time.Second)
 		if d, slowed := p.restored(now); slowed || d != debounce {
 			t.Fatalf("restoration %d: %v slowed=%v, want %v", i, d, slowed, debounce)
 		}
 	}
-	var last time.Duration
+	// Something undoes each restoration at once: the next pass comes as
+	// soon as the pacer allows.
+	wait := debounce
+	var waits []time.Duration
 	for i := range 20 {
-		now = now.Add(time.Second)
+		now = now.Add(p.delay(now.Add(time.Millisecond)) + time.Millisecond)
 		d, slowed := p.restored(now)
-		if !slowed || d <= debounce || d > fightMaxDelay || d < last {
-			t.Fatalf("restoration %d of a fight: %v slowed=%v (previous %v)", fightFree+i, d, slowed, last)
+		if !slowed || d < wait || d > fightMaxDelay {
+			t.Fatalf("restoration %d of a fight: %v slowed=%v (previous %v)", fightFree+i, d, slowed, wait)
 		}
-		last = d
+		wait = d
+		waits = append(waits, d)
 	}
-	if last != fightMaxDelay {
-		t.Errorf("a long fight: %v, want the cap %v", last, fightMaxDelay)
+	if wait != fightMaxDelay {
+		t.Errorf("a long fight: waits %v, want the cap %v at the end", waits, fightMaxDelay)
 	}
-	if d := p.delay(now.Add(fightWindow + time.Second)); d != debounce {
+	if d := p.delay(now.Add(time.Millisecond)); d != fightMaxDelay {
+		t.Errorf("an event right after a restoration in a long fight: %v, want %v", d, fightMaxDelay)
+	}
+	quiet := now.Add(fightMaxDelay + fightWindow + time.Second)
+	if d := p.delay(quiet); d != debounce {
 		t.Errorf("after a quiet window: %v, want %v", d, debounce)
 	}
-	if d, slowed := p.restored(now.Add(fightWindow + time.Second)); slowed || d != debounce {
+	if d, slowed := p.restored(quiet); slowed || d != debounce {
 		t.Errorf("a restoration after a quiet window: %v slowed=%v, want %v", d, slowed, debounce)
 	}
 }
