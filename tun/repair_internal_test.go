@@ -2,16 +2,19 @@ package tun
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/meshtun/meshtun/tun/tuntest"
 )
@@ -200,6 +203,63 @@ func TestRetryAfter(t *testing.T) {
 	for i, w := range want {
 		if got := retryAfter(i + 1); got != w {
 			t.Errorf("retryAfter(%d) = %v, want %v", i+1, got, w)
+		}
+	}
+}
+
+// TestConcerns: the events that start a pass are those about the
+// device's link and addresses, routes in its table, tagged RouteProtocol
+// or through it, and any rule; others are ignored.
+func TestConcerns(t *testing.T) {
+	d := &Device{index: 7, table: RouteTable}
+	ne := binary.NativeEndian
+	ifinfo := func(index int32) []byte {
+		b := make([]byte, unix.SizeofIfInfomsg)
+		ne.PutUint32(b[4:], uint32(index))
+		return b
+	}
+	ifaddr := func(index uint32) []byte {
+		b := make([]byte, unix.SizeofIfAddrmsg)
+		ne.PutUint32(b[4:], index)
+		return b
+	}
+	// rtmsg with a table byte, a protocol and optional u32 attributes.
+	rt := func(table, proto byte, attrs ...uint32) []byte {
+		b := make([]byte, unix.SizeofRtMsg)
+		b[4], b[5] = table, proto
+		for i := 0; i+1 < len(attrs); i += 2 {
+			a := make([]byte, 8)
+			ne.PutUint16(a[0:], 8)
+			ne.PutUint16(a[2:], uint16(attrs[i]))
+			ne.PutUint32(a[4:], attrs[i+1])
+			b = append(b, a...)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		typ  uint16
+		data []byte
+		want bool
+	}{
+		{"our link", unix.RTM_NEWLINK, ifinfo(7), true},
+		{"our link deleted", unix.RTM_DELLINK, ifinfo(7), true},
+		{"another link", unix.RTM_NEWLINK, ifinfo(8), false},
+		{"our address removed", unix.RTM_DELADDR, ifaddr(7), true},
+		{"another link's address", unix.RTM_NEWADDR, ifaddr(3), false},
+		{"a route in table 109", unix.RTM_DELROUTE, rt(RouteTable, unix.RTPROT_BOOT), true},
+		{"a route tagged 109 elsewhere", unix.RTM_NEWROUTE, rt(unix.RT_TABLE_MAIN, byte(RouteProtocol)), true},
+		{"a main route through the device", unix.RTM_NEWROUTE, rt(unix.RT_TABLE_MAIN, unix.RTPROT_BOOT, unix.RTA_OIF, 7), true},
+		{"a route in a table past 255 that is 109's", unix.RTM_NEWROUTE, rt(unix.RT_TABLE_COMPAT, unix.RTPROT_BOOT, unix.RTA_TABLE, RouteTable), true},
+		{"another table's route", unix.RTM_NEWROUTE, rt(200, unix.RTPROT_BOOT, unix.RTA_TABLE, 200, unix.RTA_OIF, 3), false},
+		{"a main route elsewhere", unix.RTM_DELROUTE, rt(unix.RT_TABLE_MAIN, unix.RTPROT_KERNEL, unix.RTA_OIF, 3), false},
+		{"any rule", unix.RTM_DELRULE, rt(unix.RT_TABLE_MAIN, 0), true},
+		{"a neighbour", unix.RTM_NEWNEIGH, ifaddr(7), false},
+		{"a truncated link message", unix.RTM_NEWLINK, []byte{0, 0}, false},
+	} {
+		m := &syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: c.typ}, Data: c.data}
+		if got := d.concerns(m); got != c.want {
+			t.Errorf("%s: concerns = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
