@@ -364,6 +364,23 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("gateway: tun: %w", err)
 		}
 		closers = append(closers, func() { dev.Close() })
+		// Self-repair (tun/repair.go): what something else removes or
+		// changes of the device's configuration comes back. It runs
+		// through the drain (open flows still need the routes) and is
+		// stopped before dev.Close removes them.
+		repair := tun.NewRepairer(dev, nil)
+		repairCtx, stopRepair := context.WithCancel(context.Background())
+		repairDone := make(chan struct{})
+		routines.Add(1)
+		go func() {
+			defer routines.Done()
+			defer close(repairDone)
+			if err := repair.Run(repairCtx); err != nil {
+				g.log.Error("self-repair is off", "error", err)
+			}
+		}()
+		closers = append(closers, func() { stopRepair(); <-repairDone })
+		g.metrics.repair.Store(repair)
 		stack, err = netstack.New(netstack.Options{
 			Device:      dev,
 			MaxInFlight: g.cfg.Netstack.MaxInFlight,

@@ -19,6 +19,7 @@ import (
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/netstack"
+	"github.com/meshtun/meshtun/tun"
 )
 
 // The gateway's metrics, served on admin.metrics at /metrics and
@@ -56,6 +57,7 @@ import (
 // scrape time (statsCollector; the tables netstackFamilies,
 // poolFamilies, serverFamilies); the state of the mesh clients, xDS and
 // CA, read from their Stats at scrape time too (meshCollector);
+// meshtun_repairs_total{what}, the TUN's self-repair (repairCollector);
 // meshtun_relay_buffers_in_use;
 // meshtun_build_info; and client_golang's Go (go_*) and process
 // (process_*) collectors: goroutines, heap, RSS, open file descriptors.
@@ -112,6 +114,7 @@ type metrics struct {
 	pool   atomic.Pointer[hbone.Pool]
 	server atomic.Pointer[hbone.Server]
 	stack  atomic.Pointer[netstack.Stack]
+	repair atomic.Pointer[tun.Repairer] // the TUN's self-repair (metrics_repair.go)
 	// meshStats reads the gateway's merge of the mesh's state (false: the
 	// mesh is off). Set once, before serving.
 	meshStats func() (MeshStats, bool)
@@ -173,6 +176,7 @@ func newMetrics() *metrics {
 			return m.meshStats()
 		}, families: meshStateFamilies},
 		&meshCollector{xds: statsOf(&m.xds, (*mesh.XDSClient).Stats), ca: statsOf(&m.ca, (*mesh.CertManager).Stats)},
+		&repairCollector{stats: statsOf(&m.repair, (*tun.Repairer).Stats)},
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -22,6 +22,10 @@
 //
 // After a crash, Cleanup(name) removes a leftover device and its routes.
 //
+// A Repairer (repair.go) keeps what Open configured in place while the
+// device is open: a link set down, an address flushed, a route or rule
+// deleted by something else on the host is restored within a second.
+//
 // Open and Cleanup act in the network namespace of the calling OS thread;
 // the Device remembers that namespace, so Close may be called from anywhere.
 package tun
@@ -40,6 +44,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/songgao/water"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,11 +92,21 @@ type Device struct {
 	ifce  *water.Interface // kept referenced: its finalizer closes the fd; nil with offload
 	file  *os.File
 	nl    *netlink.Handle // bound to the namespace the device lives in
+	ns    netns.NsHandle  // that namespace, where a Repairer subscribes (repair.go)
 	index int
+	table int // the table of the routes: RouteTable with Options.Bypass, else main
 
+	// What Open configured: the state a Repairer restores (repair.go)
+	// and Close removes. Written by Open; Close clears rules.
 	addrs  []*netlink.Addr
 	routes []*netlink.Route
 	rules  []*netlink.Rule // Options.Bypass (bypass.go)
+
+	// mu serializes a Repairer's changes with Close: once closing is set,
+	// under mu, nothing restores what Close removes.
+	mu      sync.Mutex
+	closing bool          // guarded by mu
+	closed  chan struct{} // closed when Close begins
 
 	closeOnce sync.Once
 	closeErr  error
@@ -121,7 +136,7 @@ func Open(opts Options) (*Device, error) {
 		log = hclog.NewNullLogger()
 	}
 
-	d := &Device{mtu: opts.MTU, log: log}
+	d := &Device{mtu: opts.MTU, log: log, table: routeTable(opts), closed: make(chan struct{})}
 	if err := d.openOffload(opts); err != nil {
 		return nil, err
 	}
@@ -146,6 +161,11 @@ func Open(opts Options) (*Device, error) {
 		return nil, fmt.Errorf("tun: open %s: netlink: %w", opts.Name, err)
 	}
 	d.nl = nl
+	if d.ns, err = netns.Get(); err != nil {
+		nl.Close()
+		d.closeFile()
+		return nil, fmt.Errorf("tun: open %s: network namespace: %w", opts.Name, err)
+	}
 	if err := d.configure(opts); err != nil {
 		d.Close()
 		return nil, err
@@ -189,7 +209,7 @@ func (d *Device) configure(opts Options) error {
 			LinkIndex: d.index,
 			Dst:       ipNet(p.Masked()),
 			Protocol:  RouteProtocol,
-			Table:     routeTable(opts),
+			Table:     d.table,
 		}
 		if p.Addr().Is4() {
 			r.Scope = netlink.SCOPE_LINK
@@ -272,9 +292,15 @@ func (d *Device) FD() (int, error) {
 
 // Close removes the routes and addresses Open added, deletes the device and
 // closes its fd. fds handed out by FD stay open but see the device gone.
-// Close is idempotent; later calls return the first call's error.
+// A Repairer of the device stops restoring first (it waits for a repair
+// under way to end), so the two never fight. Close is idempotent; later
+// calls return the first call's error.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		d.closing = true
+		close(d.closed)
+		d.mu.Unlock()
 		errs := d.delBypassRules()
 		for _, r := range d.routes {
 			if err := d.nl.RouteDel(r); err != nil && !gone(err) {
@@ -295,6 +321,7 @@ func (d *Device) Close() error {
 			errs = append(errs, fmt.Errorf("tun: %s: close: %w", d.name, err))
 		}
 		d.nl.Close()
+		d.ns.Close()
 		d.closeErr = errors.Join(errs...)
 		d.log.Info("device closed", "name", d.name, "error", d.closeErr)
 	})
