@@ -84,9 +84,11 @@ type h2Config struct {
 	// pingTimeout how long its answer may take before the connection is
 	// dropped.
 	pingAfter, pingTimeout time.Duration
-	// prefaceTimeout bounds the wait for the client preface (server).
-	prefaceTimeout time.Duration
-	log            hclog.Logger
+	// handshakeDeadline (server) is when the client must have sent its
+	// preface, its SETTINGS and its first request: a connection that
+	// opens no stream by then is closed.
+	handshakeDeadline time.Time
+	log               hclog.Logger
 	// onRequestLocked handles HEADERS that open a stream of the peer
 	// (server only; c.mu held). A returned error ends the connection.
 	onRequestLocked func(f *http2.MetaHeadersFrame) error
@@ -121,14 +123,17 @@ type h2Conn struct {
 	// takes its slot back.
 	onRelease func()
 
-	done         chan struct{} // closed when serve returned: reader and writer ended
-	writerDone   chan struct{} // closed when writeLoop returned
-	stop         chan struct{} // teardown: the writer flushes what is left and returns
-	wake         chan struct{} // writer: frames are queued (cap 1)
-	settingsDone chan struct{} // closed once the peer's first SETTINGS are applied, or the reader failed
-	lastRead     atomic.Int64  // unix nanos of the last frame read
-	wqLen        atomic.Int32  // len(wq), read without mu
-	tearing      atomic.Bool   // teardown started: writes get h2DrainTimeout
+	done       chan struct{} // closed when serve returned: reader and writer ended
+	writerDone chan struct{} // closed when writeLoop returned
+	stop       chan struct{} // teardown: the writer flushes what is left and returns
+	wake       chan struct{} // writer: frames are queued (cap 1)
+	// handshakeExpired is set by the reader when the server's handshake
+	// deadline passed before the client's first request.
+	handshakeExpired atomic.Bool
+	settingsDone     chan struct{} // closed once the peer's first SETTINGS are applied, or the reader failed
+	lastRead         atomic.Int64  // unix nanos of the last frame read
+	wqLen            atomic.Int32  // len(wq), read without mu
+	tearing          atomic.Bool   // teardown started: writes get h2DrainTimeout
 
 	wmu   sync.Mutex // owns out and spare
 	out   h2out

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -60,12 +61,14 @@ func h2readFrame(fr *http2.Framer, first bool) (http2.Frame, error) {
 }
 
 // readLoop reads frames and handles them until the connection ends, and
-// returns why. The server first reads the client preface, within
-// cfg.prefaceTimeout. The reader never writes: what it queues goes to
-// the writer goroutine.
+// returns why. The server first reads the client preface; the preface,
+// the client's SETTINGS and its first HEADERS must all come before
+// cfg.handshakeDeadline (a read deadline until then). The reader never
+// writes: what it queues goes to the writer goroutine.
 func (c *h2Conn) readLoop() error {
+	handshaking := !c.cfg.client && !c.cfg.handshakeDeadline.IsZero()
 	if !c.cfg.client {
-		c.tc.SetReadDeadline(time.Now().Add(c.cfg.prefaceTimeout))
+		c.tc.SetReadDeadline(c.cfg.handshakeDeadline)
 		preface := make([]byte, len(http2.ClientPreface))
 		if _, err := io.ReadFull(c.tc, preface); err != nil {
 			return fmt.Errorf("hbone: reading the HTTP/2 preface: %w", err)
@@ -73,7 +76,6 @@ func (c *h2Conn) readLoop() error {
 		if !bytes.Equal(preface, []byte(http2.ClientPreface)) {
 			return errors.New("hbone: peer did not send the HTTP/2 preface")
 		}
-		c.tc.SetReadDeadline(time.Time{})
 	}
 	fr := newH2ReadFramer(c.tc, c.cfg.maxHeaderList, h2MaxFrame)
 	for first := true; ; first = false {
@@ -84,11 +86,36 @@ func (c *h2Conn) readLoop() error {
 			c.lastRead.Store(time.Now().UnixNano())
 			err = c.handle(f)
 		}
+		if handshaking && err != nil && isTimeout(err) {
+			c.handshakeExpired.Store(true)
+			return fmt.Errorf("hbone: no request within the handshake timeout: %w", errHandshakeTimeout)
+		}
 		if err != nil {
 			return err
+		}
+		if handshaking && c.openedByPeer() {
+			c.tc.SetReadDeadline(time.Time{})
+			handshaking = false
 		}
 		if c.wqLen.Load() > 0 {
 			c.kick()
 		}
 	}
+}
+
+// errHandshakeTimeout is why a server connection ends whose client did not
+// send its preface, SETTINGS and first request in time.
+var errHandshakeTimeout = errors.New("handshake timeout")
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// openedByPeer reports whether the peer has opened a stream (or tried to:
+// a refused one counts).
+func (c *h2Conn) openedByPeer() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastPeerID != 0
 }

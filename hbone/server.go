@@ -45,8 +45,11 @@ const (
 	// srvDefaultMaxStreams is ztunnel's SETTINGS_MAX_CONCURRENT_STREAMS.
 	srvDefaultMaxStreams = 200
 
-	// srvHandshakeTimeout bounds the TLS handshake and the client preface:
-	// a peer that opens TCP and says nothing must not hold a goroutine.
+	// srvHandshakeTimeout is HandshakeTimeout's default: it bounds the TLS
+	// handshake, the client preface and SETTINGS and the first request,
+	// so a peer that opens TCP and says nothing (or says it 1 byte at a
+	// time) holds its goroutine and socket no longer. ztunnel gives the
+	// TLS handshake 10 s too.
 	srvHandshakeTimeout = 10 * time.Second
 )
 
@@ -79,6 +82,15 @@ type ServerOptions struct {
 	// MaxConcurrentStreams per connection; default 200. Streams beyond it
 	// are refused with RST_STREAM(REFUSED_STREAM).
 	MaxConcurrentStreams uint32
+	// MaxConns bounds the connections open at once, those still in the
+	// handshake included; 0 is no bound. A connection beyond it is closed
+	// as soon as it is accepted, before any TLS (ConnsRefused).
+	MaxConns int
+	// HandshakeTimeout is how long after the TCP accept a client has for
+	// the TLS handshake, the HTTP/2 preface and SETTINGS, and its first
+	// CONNECT; a connection that has not opened a stream by then is
+	// closed (HandshakeFailures). Default 10s.
+	HandshakeTimeout time.Duration
 	// Logger; default hclog.NewNullLogger().
 	Logger hclog.Logger
 
@@ -94,8 +106,9 @@ type ServerStats struct {
 	StreamsRejected   uint64 // CONNECTs answered with another status
 	ConnsOpen         int64  // including connections still in the TLS handshake
 	StreamsOpen       int64  // streams not yet closed both ways
-	HandshakeFailures uint64 // TLS (or HTTP/2 preface/SETTINGS) handshakes that failed
+	HandshakeFailures uint64 // TLS or HTTP/2 handshakes that failed: refused, broken, or no first request within HandshakeTimeout
 	StreamsRefused    uint64 // streams refused with REFUSED_STREAM (over the concurrency limit, or while draining)
+	ConnsRefused      uint64 // connections closed at accept, over MaxConns
 }
 
 // Server is an HBONE server: it accepts mutual-TLS HTTP/2 connections and
@@ -111,7 +124,7 @@ type Server struct {
 	pingTimeout      time.Duration
 
 	connsAccepted, streamsAccepted, streamsRejected atomic.Uint64
-	handshakeFailures, streamsRefused               atomic.Uint64
+	handshakeFailures, streamsRefused, connsRefused atomic.Uint64
 	connsOpen, streamsOpen                          atomic.Int64
 
 	mu        sync.Mutex
@@ -149,6 +162,9 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.MaxConcurrentStreams == 0 {
 		opts.MaxConcurrentStreams = srvDefaultMaxStreams
 	}
+	if opts.HandshakeTimeout == 0 {
+		opts.HandshakeTimeout = srvHandshakeTimeout
+	}
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -162,7 +178,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		opts:             opts,
 		tlsConf:          sourceServerConfig(src, opts.TrustDomain),
 		log:              opts.Logger,
-		handshakeTimeout: srvHandshakeTimeout,
+		handshakeTimeout: opts.HandshakeTimeout,
 		pingAfter:        opts.pingAfter,
 		pingTimeout:      opts.pingTimeout,
 		listeners:        make(map[net.Listener]struct{}),
@@ -181,6 +197,7 @@ func (s *Server) Stats() ServerStats {
 		StreamsOpen:       s.streamsOpen.Load(),
 		HandshakeFailures: s.handshakeFailures.Load(),
 		StreamsRefused:    s.streamsRefused.Load(),
+		ConnsRefused:      s.connsRefused.Load(),
 	}
 }
 
@@ -280,15 +297,17 @@ func (s *Server) ServeConn(c net.Conn) {
 
 func (s *Server) serveConn(raw net.Conn) {
 	log := s.log.With("peer", raw.RemoteAddr().String())
+	deadline := time.Now().Add(s.handshakeTimeout)
 	tc := tls.Server(newBatchConn(raw), s.tlsConf)
-	sc := newSrvConn(s, tc, log)
+	sc := newSrvConn(s, tc, log, deadline)
 	if !s.track(sc) {
 		raw.Close()
+		sc.cancel()
 		return
 	}
 	defer s.untrack(sc)
 
-	ctx, cancel := context.WithTimeout(sc.ctx, s.handshakeTimeout)
+	ctx, cancel := context.WithDeadline(sc.ctx, deadline)
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
@@ -310,11 +329,17 @@ func (s *Server) serveConn(raw net.Conn) {
 	}
 }
 
-// track registers sc so Close can reach it; false if the server is closing.
+// track registers sc so Close can reach it; false if the server is
+// closing or at MaxConns.
 func (s *Server) track(sc *srvConn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
+		return false
+	}
+	if s.opts.MaxConns > 0 && len(s.conns) >= s.opts.MaxConns {
+		s.connsRefused.Add(1)
+		sc.log.Debug("connection refused: at the connection limit", "max_conns", s.opts.MaxConns)
 		return false
 	}
 	s.conns[sc] = struct{}{}

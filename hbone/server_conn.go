@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -24,7 +25,7 @@ type srvConn struct {
 	handlers int // handler goroutines running; guarded by h2Conn.mu
 }
 
-func newSrvConn(s *Server, tc *tls.Conn, log hclog.Logger) *srvConn {
+func newSrvConn(s *Server, tc *tls.Conn, log hclog.Logger, deadline time.Time) *srvConn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &srvConn{srv: s, tls: tc, ctx: ctx, cancel: cancel}
 	bc, _ := tc.NetConn().(*batchConn)
@@ -32,14 +33,14 @@ func newSrvConn(s *Server, tc *tls.Conn, log hclog.Logger) *srvConn {
 		bc = newBatchConn(tc.NetConn())
 	}
 	c.h2Conn = newH2Conn(tc, bc, h2Config{
-		maxHeaderList:   srvMaxHeaderList,
-		maxStreams:      s.opts.MaxConcurrentStreams,
-		pingAfter:       s.pingAfter,
-		pingTimeout:     s.pingTimeout,
-		prefaceTimeout:  s.handshakeTimeout,
-		log:             log,
-		onRequestLocked: c.onRequestLocked,
-		streamsOpen:     &s.streamsOpen,
+		maxHeaderList:     srvMaxHeaderList,
+		maxStreams:        s.opts.MaxConcurrentStreams,
+		pingAfter:         s.pingAfter,
+		pingTimeout:       s.pingTimeout,
+		handshakeDeadline: deadline,
+		log:               log,
+		onRequestLocked:   c.onRequestLocked,
+		streamsOpen:       &s.streamsOpen,
 	})
 	return c
 }
@@ -53,13 +54,14 @@ func (c *srvConn) closeNow() {
 
 // serve runs the connection after the TLS handshake, until it ends and
 // every handler returned. It reports whether the HTTP/2 handshake failed:
-// the connection ended before the peer's first SETTINGS, and not because
-// the server closed it.
+// the connection ended before the peer's first SETTINGS, or opened no
+// stream before the handshake deadline, and not because the server
+// closed it.
 func (c *srvConn) serve() (failed bool) {
 	c.start()
 	c.h2Conn.serve()
 	c.mu.Lock()
-	failed = c.settingsErr != nil && c.ctx.Err() == nil
+	failed = (c.settingsErr != nil || c.handshakeExpired.Load()) && c.ctx.Err() == nil
 	c.mu.Unlock()
 	c.cancel()
 	c.wg.Wait()
