@@ -227,6 +227,19 @@ type HBONE struct {
 	// Dialling a peer or a target. A peer that takes longer is unreachable
 	// in practice; clients are better served by an error.
 	ConnectTimeout Duration `toml:"connect_timeout" default:"10s"`
+	// Inbound connections open at once, in the handshake or serving. A
+	// peer gateway pools its flows on one or a few connections, so even a
+	// large mesh needs few; the bound keeps a flood of TCP connections
+	// from taking sockets and goroutines without end.
+	MaxInboundConns int `toml:"max_inbound_conns" default:"4096"`
+	// Streams one inbound connection may have open; more are refused with
+	// REFUSED_STREAM and the client opens another connection. ztunnel's
+	// SETTINGS_MAX_CONCURRENT_STREAMS.
+	MaxInboundStreamsPerConn int `toml:"max_inbound_streams_per_conn" default:"200"`
+	// From the TCP accept to the client's first CONNECT: the TLS handshake,
+	// the HTTP/2 preface and SETTINGS and one request. A client that
+	// takes longer (or sends its ClientHello a byte at a time) is closed.
+	HandshakeTimeout Duration `toml:"handshake_timeout" default:"10s"`
 }
 
 // MaxConnsPerPeer bounds hbone.conns_per_peer (hbone.MaxConnsPerKey).

@@ -187,6 +187,15 @@ func (c *Config) checkTUN(p *problems) {
 	}
 	positive(p, &h.IdleTimeout)
 	positive(p, &h.ConnectTimeout)
+	positive(p, &h.HandshakeTimeout)
+	if h.MaxInboundConns < 1 {
+		p.at(&h.MaxInboundConns, "must be at least 1 (got %d)", h.MaxInboundConns)
+	}
+	// HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS is 32 bits; a million is far
+	// more than one connection should ever carry.
+	if h.MaxInboundStreamsPerConn < 1 || h.MaxInboundStreamsPerConn > 1<<20 {
+		p.at(&h.MaxInboundStreamsPerConn, "%d is out of range (1..%d)", h.MaxInboundStreamsPerConn, 1<<20)
+	}
 }
 
 // checkListeners checks hbone.listen and the admin listeners, and that no

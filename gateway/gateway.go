@@ -312,10 +312,13 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		}
 		closers = append(closers, func() { hboneLn.Close() })
 		srv, err := hbone.NewServer(hbone.ServerOptions{
-			Source:      g.certs(),
-			TrustDomain: g.cfg.Gateway.TrustDomain,
-			Handler:     g.handleInbound,
-			Logger:      g.log.Named("hbone"),
+			Source:               g.certs(),
+			TrustDomain:          g.cfg.Gateway.TrustDomain,
+			Handler:              g.handleInbound,
+			MaxConcurrentStreams: uint32(g.cfg.HBONE.MaxInboundStreamsPerConn),
+			MaxConns:             g.cfg.HBONE.MaxInboundConns,
+			HandshakeTimeout:     g.cfg.HBONE.HandshakeTimeout.Duration,
+			Logger:               g.log.Named("hbone"),
 		})
 		if err != nil {
 			return fmt.Errorf("gateway: %w", err)

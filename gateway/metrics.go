@@ -471,8 +471,10 @@ var (
 			func(s hbone.ServerStats) int64 { return s.ConnsOpen }),
 		gaugeOf("meshtun_hbone_server_streams_open", "Inbound CONNECT streams not yet closed both ways.",
 			func(s hbone.ServerStats) int64 { return s.StreamsOpen }),
-		counterOf("meshtun_hbone_server_handshake_failures_total", "Inbound connections whose TLS handshake or HTTP/2 preface and first SETTINGS failed.",
+		counterOf("meshtun_hbone_server_handshake_failures_total", "Inbound connections whose TLS handshake or HTTP/2 preface and SETTINGS failed, or that sent no CONNECT within hbone.handshake_timeout.",
 			func(s hbone.ServerStats) uint64 { return s.HandshakeFailures }),
+		counterOf("meshtun_hbone_server_connections_refused_total", "Inbound connections closed at accept, over hbone.max_inbound_conns.",
+			func(s hbone.ServerStats) uint64 { return s.ConnsRefused }),
 		counterOf("meshtun_hbone_server_streams_refused_total", "Inbound streams refused with REFUSED_STREAM (over the concurrency limit, or while draining).",
 			func(s hbone.ServerStats) uint64 { return s.StreamsRefused }),
 	}

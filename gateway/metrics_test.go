@@ -616,7 +616,7 @@ func TestMetricsStatsTables(t *testing.T) {
 			"meshtun_hbone_pool_streams_failed_total":     6,
 		}},
 		{"server", &statsCollector[hbone.ServerStats]{stats: func() (hbone.ServerStats, bool) {
-			return hbone.ServerStats{ConnsAccepted: 1, StreamsAccepted: 2, StreamsRejected: 3, ConnsOpen: 4, StreamsOpen: 5, HandshakeFailures: 6, StreamsRefused: 7}, true
+			return hbone.ServerStats{ConnsAccepted: 1, StreamsAccepted: 2, StreamsRejected: 3, ConnsOpen: 4, StreamsOpen: 5, HandshakeFailures: 6, StreamsRefused: 7, ConnsRefused: 8}, true
 		}, families: serverFamilies}, map[string]float64{
 			"meshtun_hbone_server_connections_accepted_total": 1,
 			"meshtun_hbone_server_streams_accepted_total":     2,
@@ -625,6 +625,7 @@ func TestMetricsStatsTables(t *testing.T) {
 			"meshtun_hbone_server_streams_open":               5,
 			"meshtun_hbone_server_handshake_failures_total":   6,
 			"meshtun_hbone_server_streams_refused_total":      7,
+			"meshtun_hbone_server_connections_refused_total":  8,
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
