@@ -86,6 +86,11 @@ type Gateway struct {
 	// requests, short enough to fit inside Kubernetes' 30s termination
 	// grace period.
 	DrainTimeout Duration `toml:"drain_timeout" default:"5s" reload:"apply"`
+	// Flows open at once from one source address, in each direction
+	// (outbound: a local application's address; inbound: the client's, as
+	// the peer forwarded it). 0 is no limit: outbound flows of a node
+	// mostly come from its one address, so a default would cap the node.
+	MaxFlowsPerSource int `toml:"max_flows_per_source" default:"0" reload:"apply"`
 }
 
 // Log is the [log] table.

@@ -157,6 +157,7 @@ func TestDefault(t *testing.T) {
 		{"gateway.name", d.Gateway.Name, host},
 		{"gateway.trust_domain", d.Gateway.TrustDomain, "cluster.local"},
 		{"gateway.drain_timeout", d.Gateway.DrainTimeout.Duration, 5 * time.Second},
+		{"gateway.max_flows_per_source", d.Gateway.MaxFlowsPerSource, 0},
 		{"log.level", d.Log.Level, "info"},
 		{"log.format", d.Log.Format, "text"},
 		{"log.access_log", d.Log.AccessLog, true},

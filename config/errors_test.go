@@ -175,6 +175,7 @@ func TestRanges(t *testing.T) {
 		{"max_in_flight", base + "[netstack]\nmax_in_flight = 0\n", `gateway.toml: netstack.max_in_flight: must be at least 1 (got 0)`},
 		{"conns_per_peer zero", base + "[hbone]\nconns_per_peer = 0\n", `gateway.toml: hbone.conns_per_peer: 0 is out of range (1..8)`},
 		{"conns_per_peer large", base + "[hbone]\nconns_per_peer = 9\n", `gateway.toml: hbone.conns_per_peer: 9 is out of range (1..8)`},
+		{"max_flows_per_source negative", base + "[gateway]\nmax_flows_per_source = -1\n", `gateway.toml: gateway.max_flows_per_source: must not be negative (got -1); 0 is no limit`},
 		{"max_inbound_conns zero", base + "[hbone]\nmax_inbound_conns = 0\n", `gateway.toml: hbone.max_inbound_conns: must be at least 1 (got 0)`},
 		{"max_inbound_streams_per_conn zero", base + "[hbone]\nmax_inbound_streams_per_conn = 0\n", `gateway.toml: hbone.max_inbound_streams_per_conn: 0 is out of range (1..1048576)`},
 		{"handshake_timeout zero", base + "[hbone]\nhandshake_timeout = \"0s\"\n", `gateway.toml: hbone.handshake_timeout: must be positive (got 0s)`},

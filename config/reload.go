@@ -4,7 +4,8 @@ import "reflect"
 
 // What a reload may change, read from the reload:"apply" tags of the
 // schema: today [[peers]], [[workloads]], [[services]], [[policies]],
-// hbone.serve, gateway.drain_timeout and log.level. Every other key is
+// hbone.serve, gateway.drain_timeout, gateway.max_flows_per_source and
+// log.level. Every other key is
 // bound to something a gateway builds once at start.
 
 // Diff lists the key paths whose values differ between a and b, in schema

@@ -57,6 +57,9 @@ func (c *Config) checkGateway(p *problems) {
 	if g.DrainTimeout.Duration < 0 {
 		p.at(&g.DrainTimeout, "must not be negative (got %s)", g.DrainTimeout)
 	}
+	if g.MaxFlowsPerSource < 0 {
+		p.at(&g.MaxFlowsPerSource, "must not be negative (got %d); 0 is no limit", g.MaxFlowsPerSource)
+	}
 
 	oneOf(p, &c.Log.Level)
 	oneOf(p, &c.Log.Format)

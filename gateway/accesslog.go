@@ -19,9 +19,10 @@ const (
 // as in docs/hbone.md, "Metrics and access log"): why a connection did not
 // get through. "-" when it did.
 const (
-	flagDeny    = "DENY"     // an authorization policy denied it (401)
-	flagNoRoute = "NO_ROUTE" // outbound: no service, workload or peer matches
-	flagConnect = "CONNECT"  // the peer or the target could not be reached or refused
+	flagDeny     = "DENY"     // an authorization policy denied it (401)
+	flagNoRoute  = "NO_ROUTE" // outbound: no service, workload or peer matches
+	flagConnect  = "CONNECT"  // the peer or the target could not be reached or refused
+	flagOverflow = "OVERFLOW" // gateway.max_flows_per_source flows from its source are open already (inbound: 503)
 )
 
 // flowLog is what the access log says about one connection (a flow of

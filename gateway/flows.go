@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,8 @@ import (
 //   - re-authorization after a reload: an inbound flow, once relayed, is
 //     watched (watch), and Reload swaps the snapshot under the table's lock
 //     and authorizes the watched flows again (swap, see reload.go);
-//   - the open-flow counts by direction (open);
+//   - the open-flow counts by direction (open), and by source within a
+//     direction for gateway.max_flows_per_source (admit);
 //   - the access log: end writes the flow's one line and counts its close
 //     in the metrics.
 //
@@ -32,6 +34,15 @@ type flowTable struct {
 	flows map[*flow]struct{} // guarded by mu
 	count [2]int             // guarded by mu; open flows by direction (dirIndex)
 	idle  chan struct{}      // guarded by mu; closed when the table empties, nil while nobody waits
+
+	perSource map[sourceKey]int // guarded by mu; admitted flows by direction and source
+	overLimit [2]atomic.Uint64  // flows refused at gateway.max_flows_per_source, by direction
+}
+
+// sourceKey is a direction and a flow's source address.
+type sourceKey struct {
+	dir int
+	src netip.Addr
 }
 
 // flow is one connection in the table.
@@ -40,6 +51,9 @@ type flow struct {
 	// carries the flow at the time writes it: the handler, then the relay.
 	log   flowLog
 	ended atomic.Bool // set by the first end
+
+	source   sourceKey // set by admit, under the table's lock
+	admitted bool      // counted in perSource; guarded by the table's lock
 
 	// Set once under the table's lock by watch, for an inbound flow being
 	// relayed: what a reload authorizes again, and the two sides it resets
@@ -104,10 +118,42 @@ func (t *flowTable) end(f *flow, o outcome) {
 	defer t.mu.Unlock()
 	delete(t.flows, f)
 	t.count[dirIndex(f.log.direction)]--
+	if f.admitted {
+		if n := t.perSource[f.source] - 1; n > 0 {
+			t.perSource[f.source] = n
+		} else {
+			delete(t.perSource, f.source)
+		}
+	}
 	if len(t.flows) == 0 && t.idle != nil {
 		close(t.idle)
 		t.idle = nil
 	}
+}
+
+// admit counts f against its source src, and reports false, counting a
+// refusal, when max flows of that direction from src are open already (0:
+// no limit). Call it once, when the flow's source is known; end gives the
+// place back.
+func (t *flowTable) admit(f *flow, src netip.Addr, max int) bool {
+	key := sourceKey{dirIndex(f.log.direction), src.Unmap()}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if max > 0 && t.perSource[key] >= max {
+		t.overLimit[key.dir].Add(1)
+		return false
+	}
+	if t.perSource == nil {
+		t.perSource = make(map[sourceKey]int)
+	}
+	t.perSource[key]++
+	f.source, f.admitted = key, true
+	return true
+}
+
+// refusedOverLimit is the number of flows of direction admit refused.
+func (t *flowTable) refusedOverLimit(direction string) uint64 {
+	return t.overLimit[dirIndex(direction)].Load()
 }
 
 // open is the number of flows open in direction.

@@ -126,6 +126,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 		g.cert, g.roots, g.notAfter, g.identity = &cert, roots, cert.Leaf.NotAfter, id
 	}
 	g.metrics.openFlows = g.flows.open
+	g.metrics.overLimit = g.flows.refusedOverLimit
 	g.metrics.meshStats = func() (MeshStats, bool) { return g.MeshStats(), cfg.Mesh.Enabled() }
 	g.cur.Store(newSnapshot(cfg, nil))
 	if cfg.Log.AccessLog {

@@ -32,6 +32,10 @@ func (g *Gateway) inbound(r *hbone.Request, f *flow) (stream, target conn, o out
 	fl.openMetrics(g.metrics, g.inboundLabels(r, fl.src))
 
 	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
+	if max := snap.cfg.Gateway.MaxFlowsPerSource; !g.flows.admit(f, fl.src.Addr(), max) {
+		return nil, nil, outcome{flag: flagOverflow, status: http.StatusServiceUnavailable,
+			err: fmt.Errorf("%d inbound flows from %s are open (gateway.max_flows_per_source)", max, fl.src.Addr())}
+	}
 	if status, err := g.checkInbound(snap, dst); err != nil {
 		return nil, nil, outcome{flag: flagConnect, status: status, err: err}
 	}

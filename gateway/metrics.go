@@ -52,7 +52,8 @@ import (
 // ports, so the number of series stays bounded by the mesh's size. A
 // value the gateway does not know is "unknown".
 //
-// Next to them: meshtun_flows_open{direction}; the counters of netstack,
+// Next to them: meshtun_flows_open{direction},
+// meshtun_flows_over_limit_total{direction}; the counters of netstack,
 // of the HBONE pool and of the HBONE server, read from their Stats at
 // scrape time (statsCollector; the tables netstackFamilies,
 // poolFamilies, serverFamilies); the state of the mesh clients, xDS and
@@ -103,6 +104,10 @@ type metrics struct {
 	// openFlows counts the flows open in a direction: the gateway's flow
 	// table, the one record of open flows. Set once, before serving.
 	openFlows func(direction string) int
+	// overLimit counts the flows of a direction refused at
+	// gateway.max_flows_per_source (the flow table). Set once, before
+	// serving.
+	overLimit func(direction string) uint64
 
 	// index names the configured workloads and services of the config in
 	// force: the only workload and service label values besides
@@ -159,9 +164,21 @@ func newMetrics() *metrics {
 	})
 	buildInfo.Set(1)
 
+	overLimit := func(direction string) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "meshtun_flows_over_limit_total",
+			Help:        "Flows refused because gateway.max_flows_per_source flows from their source were open, by direction.",
+			ConstLabels: prometheus.Labels{"direction": direction},
+		}, func() float64 {
+			if m.overLimit == nil {
+				return 0
+			}
+			return float64(m.overLimit(direction))
+		})
+	}
 	m.reg.MustRegister(
 		m.tcp.opened, m.tcp.closed, m.tcp.received, m.tcp.sent,
-		flowsOpen(outbound), flowsOpen(inbound),
+		flowsOpen(outbound), flowsOpen(inbound), overLimit(outbound), overLimit(inbound),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshtun_relay_buffers_in_use",
 			Help: fmt.Sprintf("Pooled relay buffers (%d KiB each) held by flows now: only directions that are moving data hold one.", relayBufSize>>10),

@@ -84,6 +84,10 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 		fl.dst, fl.service = plan.Target, plan.Service
 	}
 	fl.openMetrics(g.metrics, g.outboundLabels(r.Src(), plan))
+	if max := snap.cfg.Gateway.MaxFlowsPerSource; !g.flows.admit(f, r.Src().Addr(), max) {
+		return nil, nil, outcome{flag: flagOverflow,
+			err: fmt.Errorf("%d outbound flows from %s are open (gateway.max_flows_per_source)", max, r.Src().Addr())}
+	}
 	switch plan.Kind {
 	case HBONE:
 		fl.hboneAddr, fl.dstIdentity = plan.HBONEAddress, plan.Identities[0]

@@ -24,7 +24,8 @@ import (
 // another; flows that started earlier keep the snapshot they took.
 //
 // What a reload applies: [[peers]], [[workloads]], [[services]],
-// [[policies]], hbone.serve, gateway.drain_timeout and log.level, the keys
+// [[policies]], hbone.serve, gateway.drain_timeout,
+// gateway.max_flows_per_source and log.level, the keys
 // the config schema tags reload:"apply" (config.ReloadApplied). Every
 // other key is bound to something built once at start (the device and its
 // routes, the stack, the listeners, the pool, the certificates, the
