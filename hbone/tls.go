@@ -135,19 +135,21 @@ func ClientConfig(cert tls.Certificate, roots *x509.CertPool, expected []string)
 			if err != nil {
 				return err
 			}
-			ids := identity.AllFromCertificate(leaf)
-			for _, id := range ids {
-				if slices.Contains(expected, id.String()) {
-					return nil
-				}
+			id, err := identity.FromCertificate(leaf)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrWrongIdentity, err)
 			}
-			return fmt.Errorf("%w: peer is %v, expected one of %v", ErrWrongIdentity, ids, expected)
+			if !slices.Contains(expected, id.String()) {
+				return fmt.Errorf("%w: peer is %s, expected one of %v", ErrWrongIdentity, id, expected)
+			}
+			return nil
 		},
 	}
 }
 
 // PeerIdentity is the identity of the peer of a verified connection: the
-// first valid SPIFFE ID of its leaf certificate, or "" if there is none.
+// SPIFFE ID of its leaf certificate (identity.FromCertificate), or "" if
+// there is none.
 func PeerIdentity(cs tls.ConnectionState) string {
 	if len(cs.PeerCertificates) == 0 {
 		return ""

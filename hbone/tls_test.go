@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/identity"
 )
 
 // The TLS rules of docs/hbone.md ("TLS and identity"), each with a handshake that
@@ -356,28 +357,31 @@ func TestTLSClientRefuses(t *testing.T) {
 // identities, among other URI SANs.
 func TestTLSClientAnyExpectedIdentity(t *testing.T) {
 	p := newTLSTestPKI(t)
-	multi := tlsTestIssue(t, p.ca, func(c *x509.Certificate) {
-		c.URIs = tlsTestURIs(t, "https://example.com/x", "spiffe://cluster.local/ns/db/sa/other", tlsTestServerID)
-	})
-	r := tlsHandshake(t, plainServer(multi),
+	r := tlsHandshake(t, plainServer(p.server),
 		ClientConfig(p.client, p.ca.Pool(), []string{"spiffe://cluster.local/ns/x/sa/y", tlsTestServerID}))
 	if r.cliErr != nil {
 		t.Fatalf("client refused a server presenting an expected identity: %v", r.cliErr)
 	}
 }
 
-// The server's identity of a client is its first valid SPIFFE URI.
-func TestTLSServerIdentityIsFirstSPIFFEURI(t *testing.T) {
+// A certificate with two URI SANs is no X.509-SVID: refused by both
+// sides, even when one of its URIs is the identity expected.
+func TestTLSRefusesTwoURIs(t *testing.T) {
 	p := newTLSTestPKI(t)
-	multi := tlsTestIssue(t, p.ca, func(c *x509.Certificate) {
-		c.URIs = tlsTestURIs(t, "https://example.com/x", "spiffe://cluster.local/", tlsTestClientID, "spiffe://cluster.local/ns/app/sa/second")
+	twoClient := tlsTestIssue(t, p.ca, func(c *x509.Certificate) {
+		c.URIs = tlsTestURIs(t, tlsTestClientID, "spiffe://cluster.local/ns/app/sa/second")
 	})
-	r := tlsHandshake(t, ServerConfig(p.server, p.ca.Pool(), tlsTestDomain), plainClient(multi))
-	if r.srvErr != nil {
-		t.Fatal(r.srvErr)
+	r := tlsHandshake(t, ServerConfig(p.server, p.ca.Pool(), tlsTestDomain), plainClient(twoClient))
+	if r.srvErr == nil || !errors.Is(r.srvErr, identity.ErrManyURIs) {
+		t.Errorf("server: %v, want a refusal for two URI SANs", r.srvErr)
 	}
-	if got := PeerIdentity(r.srvState); got != tlsTestClientID {
-		t.Fatalf("identity %q, want %q", got, tlsTestClientID)
+	twoServer := tlsTestIssue(t, p.ca, func(c *x509.Certificate) {
+		c.URIs = tlsTestURIs(t, "https://example.com/x", tlsTestServerID)
+		c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	})
+	r = tlsHandshake(t, plainServer(twoServer), ClientConfig(p.client, p.ca.Pool(), []string{tlsTestServerID}))
+	if r.cliErr == nil || !errors.Is(r.cliErr, identity.ErrManyURIs) {
+		t.Errorf("client: %v, want a refusal for two URI SANs", r.cliErr)
 	}
 }
 

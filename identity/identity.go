@@ -17,6 +17,10 @@ const maxTrustDomain = 255
 // ErrNoIdentity is returned when a certificate carries no SPIFFE URI SAN.
 var ErrNoIdentity = errors.New("identity: certificate has no spiffe:// URI SAN")
 
+// ErrManyURIs is returned for a certificate with more than one URI SAN,
+// which is no X.509-SVID.
+var ErrManyURIs = errors.New("identity: certificate has more than one URI SAN")
+
 // ID is a valid SPIFFE ID. The zero ID is not one (IsZero); every other
 // value comes from Parse or Workload and passed their checks. IDs compare
 // with ==.
@@ -130,28 +134,26 @@ func Principal(s string) (string, bool) {
 	return strings.CutPrefix(s, Scheme)
 }
 
-// FromCertificate returns the first valid SPIFFE ID among cert's URI SANs,
-// or ErrNoIdentity. DNS SANs and the subject CN are ignored, as ztunnel
-// ignores them.
+// FromCertificate returns the SPIFFE ID of an X.509-SVID: its one URI
+// SAN, which must be a valid SPIFFE ID. A certificate with none, or with a
+// URI SAN that is not one, gives ErrNoIdentity; one with more than one URI
+// SAN gives ErrManyURIs: the SPIFFE X.509-SVID standard allows exactly one
+// (ztunnel takes the first valid one; we are stricter, so that no two
+// parties can read different identities out of one certificate). DNS SANs
+// and the subject CN are ignored, as ztunnel ignores them.
 func FromCertificate(cert *x509.Certificate) (ID, error) {
-	for _, u := range cert.URIs {
-		if id, err := Parse(u.String()); err == nil {
-			return id, nil
-		}
+	switch len(cert.URIs) {
+	case 0:
+		return ID{}, ErrNoIdentity
+	case 1:
+	default:
+		return ID{}, fmt.Errorf("%w (%d)", ErrManyURIs, len(cert.URIs))
 	}
-	return ID{}, ErrNoIdentity
-}
-
-// AllFromCertificate returns every valid SPIFFE ID among cert's URI SANs,
-// in the certificate's order.
-func AllFromCertificate(cert *x509.Certificate) []ID {
-	var ids []ID
-	for _, u := range cert.URIs {
-		if id, err := Parse(u.String()); err == nil {
-			ids = append(ids, id)
-		}
+	id, err := Parse(cert.URIs[0].String())
+	if err != nil {
+		return ID{}, fmt.Errorf("%w: %v", ErrNoIdentity, err)
 	}
-	return ids
+	return id, nil
 }
 
 // CheckTrustDomain applies the SPIFFE rules to a trust domain: not empty,

@@ -126,20 +126,24 @@ func TestFromCertificate(t *testing.T) {
 		}
 		return c
 	}
-	cert := mk("https://example.com/x", "spiffe://TD/ns/a/sa/upper", "spiffe://td/ns/a/sa/one", "spiffe://td/ns/a/sa/two")
-	id, err := FromCertificate(cert)
+	id, err := FromCertificate(mk("spiffe://td/ns/a/sa/one"))
 	if err != nil || id.String() != "spiffe://td/ns/a/sa/one" {
-		t.Fatalf("FromCertificate = %v, %v; want the first valid SPIFFE ID", id, err)
+		t.Fatalf("FromCertificate = %v, %v; want its one SPIFFE ID", id, err)
 	}
-	all := AllFromCertificate(cert)
-	if len(all) != 2 || all[0].String() != "spiffe://td/ns/a/sa/one" || all[1].String() != "spiffe://td/ns/a/sa/two" {
-		t.Errorf("AllFromCertificate = %v, want the two valid IDs in order", all)
-	}
-	if id, err := FromCertificate(mk()); !errors.Is(err, ErrNoIdentity) || !id.IsZero() {
-		t.Errorf("a certificate with only DNS SANs and a CN: %v, %v; want ErrNoIdentity", id, err)
-	}
-	if ids := AllFromCertificate(mk("https://example.com/x")); len(ids) != 0 {
-		t.Errorf("AllFromCertificate without SPIFFE IDs = %v", ids)
+	for _, tc := range []struct {
+		name string
+		uris []string
+		want error
+	}{
+		{"only DNS SANs and a CN", nil, ErrNoIdentity},
+		{"a URI that is no SPIFFE ID", []string{"https://example.com/x"}, ErrNoIdentity},
+		{"an invalid SPIFFE ID", []string{"spiffe://TD/ns/a/sa/upper"}, ErrNoIdentity},
+		{"two SPIFFE IDs", []string{"spiffe://td/ns/a/sa/one", "spiffe://td/ns/a/sa/two"}, ErrManyURIs},
+		{"a SPIFFE ID after another URI", []string{"https://example.com/x", "spiffe://td/ns/a/sa/one"}, ErrManyURIs},
+	} {
+		if id, err := FromCertificate(mk(tc.uris...)); !errors.Is(err, tc.want) || !id.IsZero() {
+			t.Errorf("%s: %v, %v; want %v", tc.name, id, err, tc.want)
+		}
 	}
 }
 
