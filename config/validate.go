@@ -57,6 +57,14 @@ func (c *Config) checkGateway(p *problems) {
 	if g.DrainTimeout.Duration < 0 {
 		p.at(&g.DrainTimeout, "must not be negative (got %s)", g.DrainTimeout)
 	}
+	for _, v := range []*string{&g.Cluster, &g.WorkloadNamespace, &g.WorkloadName, &g.CanonicalService, &g.CanonicalRevision} {
+		if *v != "" {
+			if err := identity.CheckName(*v); err != nil {
+				p.at(v, "%v", err)
+			}
+		}
+	}
+	oneOf(p, &g.WorkloadKind)
 
 	oneOf(p, &c.Log.Level)
 	oneOf(p, &c.Log.Format)

@@ -269,7 +269,7 @@ func (g *Gateway) mergeLocked() *config.Config {
 	c := *g.file
 	st := g.mesh
 	var clashes []string
-	c.Network = st.Network
+	c.Network, c.Self = st.Network, st.Self
 
 	c.Workloads = slices.Clone(g.file.Workloads)
 	addrs := map[netip.Addr]string{}
