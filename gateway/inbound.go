@@ -29,9 +29,9 @@ func (g *Gateway) inbound(r *hbone.Request, f *flow) (stream, target conn, o out
 	fl := &f.log
 	fl.src, fl.srcIdentity, fl.dst, fl.dstIdentity = inboundSource(r), r.PeerIdentity(), dst, g.identity
 	fl.traceID = r.TraceID()
-	fl.openMetrics(g.metrics, g.inboundLabels(r, fl.src))
-
 	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
+	fl.openMetrics(g.metrics, g.inboundLabels(snap, r, fl.src))
+
 	if status, err := g.checkInbound(snap, dst); err != nil {
 		return nil, nil, outcome{flag: flagConnect, status: status, err: err}
 	}

@@ -83,7 +83,8 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 	if plan.Kind != Deny {
 		fl.dst, fl.service = plan.Target, plan.Service
 	}
-	fl.openMetrics(g.metrics, g.outboundLabels(r.Src(), plan))
+	labels, baggage := g.outboundLabels(snap, r.Src(), plan)
+	fl.openMetrics(g.metrics, labels)
 	switch plan.Kind {
 	case HBONE:
 		fl.hboneAddr, fl.dstIdentity = plan.HBONEAddress, plan.Identities[0]
@@ -103,6 +104,7 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 		Identities: plan.Identities,
 		Source:     r.Src(),
 		Host:       plan.Host,
+		Baggage:    baggage,
 	})
 	cancel()
 	if err != nil {
