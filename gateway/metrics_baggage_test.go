@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"istio.io/istio/pkg/workloadapi"
+
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/mesh"
 )
 
 // describeAs sets the [gateway] keys that describe a node's workload.
@@ -105,6 +108,63 @@ func TestMetricsBaggageLabels(t *testing.T) {
 	}
 }
 
+// With the mesh's state, each node's own workload as istiod describes it
+// names it, in its baggage and its labels; a [gateway] key set in the
+// file wins over istiod's value.
+func TestMetricsBaggageFromMesh(t *testing.T) {
+	e := newOutboundEnv(t, "")
+	target := echo(t) // on 127.0.0.1: node B's own workload's address
+	ip := func(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
+	wl := func(w *workloadapi.Workload) *workloadapi.Address {
+		return &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: w}}
+	}
+	// Each node's state holds its own workload only: node A routes to
+	// node B by its peer entry, and node B reads the source from the
+	// baggage (a workload of its state at the source address would win).
+	state := func(key string, w *workloadapi.Workload, n mesh.Node) mesh.State {
+		return mesh.Convert(mesh.Snapshot{AddressesReady: true, AuthorizationsReady: true, Addresses: map[string]*workloadapi.Address{key: wl(w)}}, n)
+	}
+	e.a.ApplyMesh(state("vm-a", &workloadapi.Workload{Name: "vm-a-0", Namespace: "meshtun", ServiceAccount: "node-a", Addresses: [][]byte{ip("10.0.0.7")},
+		TunnelProtocol: workloadapi.TunnelProtocol_HBONE, WorkloadName: "vm-a", CanonicalName: "vm-svc", CanonicalRevision: "v5", ClusterId: "c-mesh"},
+		mesh.Node{Name: "node-a", Namespace: "meshtun", ServiceAccount: "node-a", InstanceIPs: []netip.Addr{netip.MustParseAddr("10.0.0.7")}}))
+	e.g.ApplyMesh(state("vm-b", &workloadapi.Workload{Name: "vm-b-0", Namespace: "meshtun", ServiceAccount: "node-b", Addresses: [][]byte{ip("127.0.0.1")},
+		TunnelProtocol: workloadapi.TunnelProtocol_HBONE, WorkloadName: "vm-b", CanonicalName: "b-svc", ClusterId: "c-mesh"},
+		mesh.Node{Name: "node-b", Namespace: "meshtun", ServiceAccount: "node-b", InstanceIPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}))
+	cfgA, err := config.Load(filepath.Join(e.dir, "gateway-a.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgA.Gateway.Cluster = "file-cluster"
+	if _, _, err := e.a.Reload(cfgA); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newFakeRequest(t, target) // from 10.0.0.7, node A's own workload
+	e.a.serveOutbound(r)
+	if acc, _ := r.decisions(); acc != 1 {
+		t.Fatal("the flow was not accepted")
+	}
+	r.app.Close()
+	accessLine(t, e.logs, target)
+
+	source := sideLabels("source", "vm-a", "meshtun", "vm-svc", "v5", "file-cluster")
+	for _, c := range []struct {
+		name   string
+		g      *Gateway
+		labels map[string]string
+	}{
+		{"B", e.g, merged(source, sideLabels("destination", "vm-b", "meshtun", "b-svc", "latest", "c-mesh"), map[string]string{"reporter": "destination"})},
+		{"A", e.a, merged(source, sideLabels("destination", "unknown", "unknown", "unknown", "unknown", "unknown"), map[string]string{"reporter": "source"})},
+	} {
+		srv := httptest.NewServer(c.g.metricsHandler())
+		samples := scrape(t, srv.URL, "/metrics")
+		srv.Close()
+		if v, _ := find(t, samples, "istio_tcp_connections_opened_total", c.labels); v != 1 {
+			t.Errorf("gateway %s: istio_tcp_connections_opened_total%v = %v, want 1", c.name, c.labels, v)
+		}
+	}
+}
+
 // A peer's baggage is its claim: malformed, oversized or hostile values
 // read as unknown, and one principal puts at most maxClaimsPerPrincipal
 // descriptions on the series. The CONNECTs are real ones to gateway B; a
@@ -114,9 +174,10 @@ func TestMetricsBaggageHostile(t *testing.T) {
 	srv := httptest.NewServer(e.g.metricsHandler())
 	defer srv.Close()
 	closed := closedPort(t)
+	var source netip.AddrPort // the forwarded client
 	send := func(baggage string) {
 		t.Helper()
-		req := hbone.ConnectRequest{Address: e.addr, Authority: closed, Identities: []string{reloadServerID}, Baggage: baggage}
+		req := hbone.ConnectRequest{Address: e.addr, Authority: closed, Identities: []string{reloadServerID}, Baggage: baggage, Source: source}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := e.pool.Connect(ctx, req); err == nil {
@@ -160,6 +221,21 @@ func TestMetricsBaggageHostile(t *testing.T) {
 	send("k8s.namespace.name=ns,k8s.deployment.name=w0")
 	if v := opened(map[string]string{"source_workload": "w0"}); v != 2 {
 		t.Errorf("an admitted description sent again: %v flows, want 2", v)
+	}
+
+	// A workload configured at the forwarded source wins over the claim,
+	// field by field. What the config does not say (the cluster) the
+	// baggage could, but this principal's claims are used up.
+	e.reload(`
+[[workloads]]
+name = "known"
+namespace = "data"
+addresses = ["10.9.9.9"]
+`)
+	source = netip.MustParseAddrPort("10.9.9.9:1000")
+	send("k8s.cluster.name=c9,k8s.namespace.name=liar,k8s.deployment.name=liar,service.name=liar")
+	if v := opened(sideLabels("source", "known", "data", "known", "latest", "unknown")); v != 1 {
+		t.Errorf("a configured source: %v flows labelled by the config, want 1", v)
 	}
 }
 
