@@ -47,18 +47,9 @@ addresses = ["10.244.2.5"]
 hbone_address = "192.0.2.2:15008"
 identity = "spiffe://cluster.local/ns/meshtun/sa/node-b"
 `
-	// Each node describes its own workload ([gateway] keys); node A's
-	// description reaches node B in the CONNECT's baggage.
-	metricsNodeADescription = `cluster = "east"
-workload_namespace = "vms"
-workload_name = "node-a-vm"
-canonical_service = "billing"
-canonical_revision = "v7"
-`
-	metricsNodeBDescription = `cluster = "west"
-workload_namespace = "vms"
-workload_name = "node-b-vm"
-`
+	// Each node describes its own workload with the [gateway] keys of
+	// examples/two-nodes; node A's description reaches node B in the
+	// CONNECT's baggage.
 	metricsNodeTarget  = "10.244.2.6" // in node B, served, no configured workload: node B's own
 	metricsNodeBPolicy = `
 [[policies]]
@@ -193,11 +184,6 @@ func labelsWith(m map[string]string, kv ...string) map[string]string {
 
 func TestEndToEndMetrics(t *testing.T) {
 	bin, dir, tp := twoNodes(t, "mtmet", func(n, s string) string {
-		description := metricsNodeADescription
-		if n == "node-b" {
-			description = metricsNodeBDescription
-		}
-		s = strings.Replace(s, "drain_timeout = \"5s\"\n", "drain_timeout = \"5s\"\n"+description, 1)
 		s += metricsWorkloads
 		if n == "node-b" {
 			s += metricsNodeBPolicy
@@ -409,16 +395,16 @@ func TestEndToEndMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		source := map[string]string{
-			"source_workload": "node-a-vm", "source_workload_namespace": "vms", "source_canonical_service": "billing",
-			"source_canonical_revision": "v7", "source_cluster": "east", "source_principal": idA,
+			"source_workload": "node-a", "source_workload_namespace": "demo", "source_canonical_service": "client",
+			"source_canonical_revision": "v1", "source_cluster": "demo", "source_principal": idA,
 		}
 		unknownDst := map[string]string{
 			"destination_workload": "unknown", "destination_workload_namespace": "unknown", "destination_canonical_service": "unknown",
 			"destination_canonical_revision": "unknown", "destination_cluster": "unknown",
 		}
 		nodeB := map[string]string{
-			"destination_workload": "node-b-vm", "destination_workload_namespace": "vms", "destination_canonical_service": "node-b-vm",
-			"destination_canonical_revision": "latest", "destination_cluster": "west", "destination_principal": idB,
+			"destination_workload": "node-b", "destination_workload_namespace": "demo", "destination_canonical_service": "node-b",
+			"destination_canonical_revision": "latest", "destination_cluster": "demo", "destination_principal": idB,
 		}
 		for _, side := range []struct {
 			node   *topo.Node
@@ -434,7 +420,7 @@ func TestEndToEndMetrics(t *testing.T) {
 				t.Errorf("%s: istio_tcp_connections_opened_total%v = %v, want 1", side.node.Name, side.labels, got)
 			}
 			for _, s := range samples {
-				if s.name == "istio_tcp_connections_opened_total" && s.labels["source_workload"] == "node-a-vm" || t.Failed() && strings.HasPrefix(s.name, "istio_tcp_") {
+				if s.name == "istio_tcp_connections_opened_total" && s.labels["source_workload"] == "node-a" || t.Failed() && strings.HasPrefix(s.name, "istio_tcp_") {
 					t.Logf("%s: %s%v %v", side.node.Name, s.name, s.labels, s.value)
 				}
 			}
