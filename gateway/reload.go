@@ -24,8 +24,10 @@ import (
 // another; flows that started earlier keep the snapshot they took.
 //
 // What a reload applies: [[peers]], [[workloads]], [[services]],
-// [[policies]], hbone.serve, gateway.drain_timeout and log.level, the keys
-// the config schema tags reload:"apply" (config.ReloadApplied). Every
+// [[policies]], hbone.serve, gateway.drain_timeout, log.level and the
+// [gateway] keys describing this node's workload (the labels and baggage
+// of new flows), the keys the config schema tags reload:"apply"
+// (config.ReloadApplied). Every
 // other key is bound to something built once at start (the device and its
 // routes, the stack, the listeners, the pool, the certificates, the
 // loggers): a reload that changes one logs it as needing a restart and
