@@ -57,6 +57,10 @@ type Config struct {
 	// from istiod); "" off the mesh. Workloads of another network are not
 	// routed to (no double HBONE yet).
 	Network string `toml:"-"`
+	// Self is this node's own workload as istiod describes it (its
+	// namespace and service account ours, an address among INSTANCE_IPS);
+	// nil off the mesh or while istiod sends none.
+	Self *Workload `toml:"-"`
 }
 
 // Where an entry of [[workloads]], [[services]] or [[policies]] came from
@@ -91,6 +95,26 @@ type Gateway struct {
 	// the peer forwarded it). 0 is no limit: outbound flows of a node
 	// mostly come from its one address, so a default would cap the node.
 	MaxFlowsPerSource int `toml:"max_flows_per_source" default:"0" reload:"apply"`
+
+	// This node's workload as Istio describes one: sent in the baggage
+	// header of every outbound CONNECT (hbone.Baggage) and the labels of
+	// the metrics of its flows (source_* outbound, destination_* inbound).
+	// "" is not known: with [mesh] on, the value istiod gives this node's
+	// own workload (Config.Self; the namespace also mesh.namespace, the
+	// cluster mesh.cluster_id), else "unknown" on the metrics and nothing
+	// in the baggage. A value set here wins over the mesh's: the operator
+	// named it. A reload applies them: they only describe, and new flows
+	// take the new description.
+	Cluster           string `toml:"cluster" reload:"apply"`
+	WorkloadNamespace string `toml:"workload_namespace" reload:"apply"`
+	WorkloadName      string `toml:"workload_name" reload:"apply"`
+	// The kind of k8s.<kind>.name. Istio's for a WorkloadEntry (a VM);
+	// ztunnel reads only these kinds.
+	WorkloadKind string `toml:"workload_kind" default:"pod" values:"pod|deployment|job|cronjob" reload:"apply"`
+	// "" is Istio's rule when no label names them: the workload's name,
+	// and "latest".
+	CanonicalService  string `toml:"canonical_service" reload:"apply"`
+	CanonicalRevision string `toml:"canonical_revision" reload:"apply"`
 }
 
 // Log is the [log] table.
@@ -296,6 +320,15 @@ type Workload struct {
 	Waypoint *Waypoint `toml:"-"`
 	// Unhealthy workloads are kept but are no service's endpoint.
 	Unhealthy bool `toml:"-"`
+	// What Istio's metrics label the workload with: its workload name
+	// (a Deployment's, where Name is a pod's), kind, canonical service
+	// and revision, and cluster. "" is not known; a file's workload is
+	// labelled by its Name and Namespace.
+	WorkloadName      string `toml:"-"`
+	WorkloadKind      string `toml:"-"`
+	CanonicalService  string `toml:"-"`
+	CanonicalRevision string `toml:"-"`
+	Cluster           string `toml:"-"`
 	// Source is SourceFile ("") or SourceXDS.
 	Source string `toml:"-"`
 }

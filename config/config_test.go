@@ -51,7 +51,7 @@ func TestShippedFile(t *testing.T) {
 	got := mustParse(t, string(data))
 	want := &Config{
 		Version: 1,
-		Gateway: Gateway{Name: "node-a", TrustDomain: "cluster.local", DrainTimeout: Duration{5 * time.Second}},
+		Gateway: Gateway{Name: "node-a", TrustDomain: "cluster.local", DrainTimeout: Duration{5 * time.Second}, WorkloadKind: "pod"},
 		Log:     Log{Level: "info", Format: "text", AccessLog: true},
 		TLS: TLS{
 			Cert:        "/etc/meshtun/tls/cert.pem",

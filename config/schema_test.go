@@ -69,7 +69,8 @@ action = "deny"
 }
 
 func TestReloadApplied(t *testing.T) {
-	for _, k := range []string{"peers", "workloads", "services", "policies", "hbone.serve", "gateway.drain_timeout", "log.level"} {
+	for _, k := range []string{"peers", "workloads", "services", "policies", "hbone.serve", "gateway.drain_timeout", "log.level",
+		"gateway.cluster", "gateway.workload_namespace", "gateway.workload_name", "gateway.workload_kind", "gateway.canonical_service", "gateway.canonical_revision"} {
 		if !ReloadApplied(k) {
 			t.Errorf("ReloadApplied(%q) = false, want true", k)
 		}

@@ -60,6 +60,14 @@ func (c *Config) checkGateway(p *problems) {
 	if g.MaxFlowsPerSource < 0 {
 		p.at(&g.MaxFlowsPerSource, "must not be negative (got %d); 0 is no limit", g.MaxFlowsPerSource)
 	}
+	for _, v := range []*string{&g.Cluster, &g.WorkloadNamespace, &g.WorkloadName, &g.CanonicalService, &g.CanonicalRevision} {
+		if *v != "" {
+			if err := identity.CheckName(*v); err != nil {
+				p.at(v, "%v", err)
+			}
+		}
+	}
+	oneOf(p, &g.WorkloadKind)
 
 	oneOf(p, &c.Log.Level)
 	oneOf(p, &c.Log.Format)

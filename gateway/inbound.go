@@ -29,9 +29,8 @@ func (g *Gateway) inbound(r *hbone.Request, f *flow) (stream, target conn, o out
 	fl := &f.log
 	fl.src, fl.srcIdentity, fl.dst, fl.dstIdentity = inboundSource(r), r.PeerIdentity(), dst, g.identity
 	fl.traceID = r.TraceID()
-	fl.openMetrics(g.metrics, g.inboundLabels(r, fl.src))
-
 	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
+	fl.openMetrics(g.metrics, g.inboundLabels(snap, r, fl.src))
 	if max := snap.cfg.Gateway.MaxFlowsPerSource; !g.flows.admit(f, fl.src.Addr(), max) {
 		return nil, nil, outcome{flag: flagOverflow, status: http.StatusServiceUnavailable,
 			err: fmt.Errorf("%d inbound flows from %s are open (gateway.max_flows_per_source)", max, fl.src.Addr())}

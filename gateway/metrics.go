@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"net/netip"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/identity"
 	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/netstack"
 	"github.com/meshtun/meshtun/tun"
@@ -48,9 +51,19 @@ import (
 // with no lookup and no label hashing.
 //
 // Label values come from the configuration (workload names, service
-// hostnames) and from certificate identities, never from addresses or
-// ports, so the number of series stays bounded by the mesh's size. A
-// value the gateway does not know is "unknown".
+// hostnames, the [gateway] keys describing this node), the mesh's state,
+// certificate identities and peers' baggage, never from addresses or
+// ports, so the number of series stays bounded by the mesh's size. Each
+// end of a flow is described as Istio's standard metrics do
+// (<end>_workload, _workload_namespace, _canonical_service,
+// _canonical_revision, _cluster): the source outbound and the
+// destination inbound by this node's description (nodeDescription) or a
+// configured workload at the address; the destination outbound by the
+// configured workload at the target; the source inbound by the peer's
+// baggage, whose values are names only (hbone.ParseBaggage) and whose
+// distinct descriptions are bounded per principal and in all
+// (admitClaim), with a configured workload at the source address winning
+// field by field. A value the gateway does not know is "unknown".
 //
 // Next to them: meshtun_flows_open{direction},
 // meshtun_flows_over_limit_total{direction}; the counters of netstack,
@@ -77,14 +90,37 @@ const (
 // empty: "unknown" stands for what is not known.
 type tcpLabels struct {
 	reporter             string
+	source               workloadLabels
 	sourcePrincipal      string
+	destination          workloadLabels
 	destinationPrincipal string
-	sourceWorkload       string
-	destinationWorkload  string
 	destinationService   string
 	responseFlags        string
 	securityPolicy       string
 }
+
+// workloadLabels describe one end of a flow as Istio's standard metrics
+// do: <end>_workload, _workload_namespace, _canonical_service,
+// _canonical_revision and _cluster.
+type workloadLabels struct {
+	workload, namespace, canonicalService, canonicalRevision, cluster string
+}
+
+// labelsOf are the labels of a workload description, "unknown" where a
+// field is not known.
+func labelsOf(b hbone.Baggage) workloadLabels {
+	return workloadLabels{
+		workload:          orUnknown(b.WorkloadName),
+		namespace:         orUnknown(b.Namespace),
+		canonicalService:  orUnknown(b.Service),
+		canonicalRevision: orUnknown(b.Revision),
+		cluster:           orUnknown(b.Cluster),
+	}
+}
+
+// unknownWorkload is the description of an end the gateway knows nothing
+// of.
+var unknownWorkload = labelsOf(hbone.Baggage{})
 
 // tcpSeries are the four counters of one label set, resolved children
 // of the istio_tcp_* vectors.
@@ -100,6 +136,10 @@ type metrics struct {
 
 	mu     sync.Mutex
 	series map[tcpLabels]*tcpSeries // guarded by mu
+	// claims are the source descriptions peers' baggage has put on
+	// series, by peer principal (admitClaim); guarded by mu.
+	claims     map[string]map[hbone.Baggage]bool
+	claimCount int // the descriptions in claims; guarded by mu
 
 	// openFlows counts the flows open in a direction: the gateway's flow
 	// table, the one record of open flows. Set once, before serving.
@@ -131,12 +171,28 @@ type metrics struct {
 // labelIndex is what labels are looked up in, for one config.
 type labelIndex struct {
 	cfg       *config.Config
-	workloads map[netip.Addr]string // workload name by address
-	hosts     map[string]bool       // service hostnames
+	workloads map[netip.Addr]hbone.Baggage // workload description by address
+	hosts     map[string]bool              // service hostnames
+	// self describes this node's workload (nodeDescription), and
+	// selfBaggage is it as a baggage header: what outbound CONNECTs from
+	// this node itself send.
+	self        hbone.Baggage
+	selfBaggage string
 }
 
+// Bounds of the source descriptions peers' baggage may put on series
+// (admitClaim). A principal is a service account, and the workloads of
+// one service account are few: 16 leaves room for each to roll out a new
+// revision while the old one runs. 4096 in all bounds what any set of
+// peers can add to the series of this gateway's /metrics. A description
+// beyond them is labelled "unknown".
+const (
+	maxClaimsPerPrincipal = 16
+	maxClaims             = 4096
+)
+
 func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry(), series: make(map[tcpLabels]*tcpSeries)}
+	m := &metrics{reg: prometheus.NewRegistry(), series: make(map[tcpLabels]*tcpSeries), claims: make(map[string]map[hbone.Baggage]bool)}
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, tcpLabelNames[:])
 	}
@@ -215,10 +271,22 @@ func (m *metrics) indexFor(cfg *config.Config) *labelIndex {
 	if x := m.index.Load(); x != nil && x.cfg == cfg {
 		return x
 	}
-	x := &labelIndex{cfg: cfg, workloads: make(map[netip.Addr]string), hosts: make(map[string]bool)}
-	for _, w := range cfg.Workloads {
+	x := &labelIndex{cfg: cfg, workloads: make(map[netip.Addr]hbone.Baggage), hosts: make(map[string]bool)}
+	for i := range cfg.Workloads {
+		w := &cfg.Workloads[i]
+		d := describe(hbone.Baggage{
+			Cluster: w.Cluster, Namespace: w.Namespace, WorkloadKind: w.WorkloadKind,
+			WorkloadName: cmp.Or(w.WorkloadName, w.Name), Service: w.CanonicalService, Revision: w.CanonicalRevision,
+		})
 		for _, a := range w.Addresses {
-			x.workloads[a.Unmap()] = w.Name
+			x.workloads[a.Unmap()] = d
+		}
+	}
+	x.self = nodeDescription(cfg)
+	x.selfBaggage = x.self.String()
+	if cfg.Self != nil {
+		for _, a := range cfg.Self.Addresses {
+			x.workloads[a.Unmap()] = x.self // with the [gateway] keys that win over istiod's
 		}
 	}
 	for _, s := range cfg.Services {
@@ -252,24 +320,112 @@ func (m *metrics) counts(l tcpLabels) *tcpSeries {
 // tcpLabelNames are the labels of the istio_tcp_* families, in the order
 // of tcpLabels.values.
 var tcpLabelNames = [...]string{
-	"reporter", "source_principal", "destination_principal", "source_workload",
-	"destination_workload", "destination_service", "response_flags", "connection_security_policy",
+	"reporter",
+	"source_workload", "source_workload_namespace", "source_canonical_service", "source_canonical_revision", "source_cluster",
+	"source_principal",
+	"destination_workload", "destination_workload_namespace", "destination_canonical_service", "destination_canonical_revision", "destination_cluster",
+	"destination_principal", "destination_service", "response_flags", "connection_security_policy",
 }
 
 // values are l's label values, in the order of tcpLabelNames.
 func (l tcpLabels) values() [len(tcpLabelNames)]string {
+	s, d := l.source, l.destination
 	return [...]string{
-		l.reporter, l.sourcePrincipal, l.destinationPrincipal, l.sourceWorkload,
-		l.destinationWorkload, l.destinationService, l.responseFlags, l.securityPolicy,
+		l.reporter,
+		s.workload, s.namespace, s.canonicalService, s.canonicalRevision, s.cluster,
+		l.sourcePrincipal,
+		d.workload, d.namespace, d.canonicalService, d.canonicalRevision, d.cluster,
+		l.destinationPrincipal, l.destinationService, l.responseFlags, l.securityPolicy,
 	}
 }
 
-// workload is the workload label of addr.
-func (x *labelIndex) workload(addr netip.Addr) string {
-	if n, ok := x.workloads[addr.Unmap()]; ok {
-		return n
+// workload is the description of the configured workload at addr.
+func (x *labelIndex) workload(addr netip.Addr) (hbone.Baggage, bool) {
+	d, ok := x.workloads[addr.Unmap()]
+	return d, ok
+}
+
+// local describes the workload of this node at addr: a configured
+// workload's, else this node's own.
+func (x *labelIndex) local(addr netip.Addr) hbone.Baggage {
+	if d, ok := x.workload(addr); ok {
+		return d
 	}
-	return unknown
+	return x.self
+}
+
+// nodeDescription is this node's workload as the [gateway] keys describe
+// it, each key left "" taken from the mesh (the node's own workload as
+// istiod describes it, then [mesh]'s namespace and cluster_id): the
+// operator's value wins over istiod's.
+func nodeDescription(cfg *config.Config) hbone.Baggage {
+	g := &cfg.Gateway
+	var self config.Workload
+	if cfg.Self != nil {
+		self = *cfg.Self
+		self.WorkloadName = cmp.Or(self.WorkloadName, self.Name)
+	}
+	var meshNamespace, meshCluster string
+	if cfg.Mesh.Enabled() {
+		meshNamespace, meshCluster = cfg.Mesh.Namespace, cfg.Mesh.ClusterID
+	}
+	return describe(hbone.Baggage{
+		Cluster:      cmp.Or(g.Cluster, self.Cluster, meshCluster),
+		Namespace:    cmp.Or(g.WorkloadNamespace, self.Namespace, meshNamespace),
+		WorkloadKind: g.WorkloadKind,
+		WorkloadName: cmp.Or(g.WorkloadName, self.WorkloadName),
+		Service:      cmp.Or(g.CanonicalService, self.CanonicalService),
+		Revision:     cmp.Or(g.CanonicalRevision, self.CanonicalRevision),
+	})
+}
+
+// describe completes a workload's description with Istio's defaults for
+// a workload no label names a canonical service or revision of: the
+// workload's name, and "latest". A value that is not a name is dropped:
+// the values become label values and a header.
+func describe(b hbone.Baggage) hbone.Baggage {
+	for _, v := range []*string{&b.Cluster, &b.Namespace, &b.WorkloadName, &b.Service, &b.Revision} {
+		if identity.CheckName(*v) != nil {
+			*v = ""
+		}
+	}
+	if b.WorkloadName != "" {
+		b.Service = cmp.Or(b.Service, b.WorkloadName)
+	}
+	if b.Service != "" {
+		b.Revision = cmp.Or(b.Revision, "latest")
+	}
+	if b.WorkloadName == "" || !slices.Contains(hbone.BaggageKinds, b.WorkloadKind) {
+		b.WorkloadKind = ""
+	}
+	return b
+}
+
+// admitClaim returns b, a source description from a peer's baggage, if
+// the series of principal may carry it, else the zero description: a
+// principal's first maxClaimsPerPrincipal distinct descriptions, up to
+// maxClaims in all, are remembered and admitted for the life of the
+// process, the rest read as unknown.
+func (m *metrics) admitClaim(principal string, b hbone.Baggage) hbone.Baggage {
+	if b.IsZero() {
+		return b
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := m.claims[principal]
+	if seen[b] {
+		return b
+	}
+	if len(seen) >= maxClaimsPerPrincipal || m.claimCount >= maxClaims {
+		return hbone.Baggage{}
+	}
+	if seen == nil {
+		seen = make(map[hbone.Baggage]bool)
+		m.claims[principal] = seen
+	}
+	seen[b] = true
+	m.claimCount++
+	return b
 }
 
 // flowMetrics is what a flow keeps between opening and closing.
@@ -320,23 +476,32 @@ func (fm *flowMetrics) close(flag string, request, response int64) {
 }
 
 // outboundLabels are the labels of a flow captured by the TUN from src
-// and routed by plan. This gateway's identity is the one its HBONE peers
+// and routed by plan under snap, and the baggage header its CONNECT
+// carries: the description of its source, a configured workload at src
+// or else this node. This gateway's identity is the one its HBONE peers
 // see as the source.
-func (g *Gateway) outboundLabels(src netip.AddrPort, plan Plan) tcpLabels {
-	x := g.metrics.indexFor(g.snapshot().cfg)
-	l := tcpLabels{
+func (g *Gateway) outboundLabels(snap *snapshot, src netip.AddrPort, plan Plan) (l tcpLabels, baggage string) {
+	x := g.metrics.indexFor(snap.cfg)
+	source := x.local(src.Addr())
+	baggage = x.selfBaggage
+	if source != x.self {
+		baggage = source.String()
+	}
+	l = tcpLabels{
 		reporter:             reporterSource,
+		source:               labelsOf(source),
 		sourcePrincipal:      orUnknown(g.identity),
-		sourceWorkload:       x.workload(src.Addr()),
+		destination:          unknownWorkload,
 		destinationPrincipal: unknown,
-		destinationWorkload:  unknown,
 		destinationService:   unknown,
 		securityPolicy:       unknown,
 	}
 	if plan.Kind == Deny {
-		return l
+		return l, baggage
 	}
-	l.destinationWorkload = x.workload(plan.Target.Addr())
+	if d, ok := x.workload(plan.Target.Addr()); ok {
+		l.destination = labelsOf(d)
+	}
 	switch {
 	case plan.Host != "":
 		l.destinationService = plan.Host
@@ -350,20 +515,33 @@ func (g *Gateway) outboundLabels(src netip.AddrPort, plan Plan) tcpLabels {
 		l.destinationPrincipal = plan.Identities[0]
 		l.securityPolicy = mutualTLS
 	}
-	return l
+	return l, baggage
 }
 
-// inboundLabels are the labels of a CONNECT stream from the client src.
-// The destination service is the forwarded host= only when it names a
-// configured service: a peer's header must not create series.
-func (g *Gateway) inboundLabels(r *hbone.Request, src netip.AddrPort) tcpLabels {
-	x := g.metrics.indexFor(g.snapshot().cfg)
+// inboundLabels are the labels of a CONNECT stream from the client src
+// under snap. The source is described by the peer's baggage (what
+// admitClaim lets through), each field a configured workload at src
+// knows replaced by the config's, as ztunnel prefers its own state to a
+// peer's claim; the destination is the configured workload at the
+// target, else this node. The destination service is the forwarded
+// host= only when it names a configured service: a peer's header must
+// not create series.
+func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src netip.AddrPort) tcpLabels {
+	x := g.metrics.indexFor(snap.cfg)
+	source := g.metrics.admitClaim(r.PeerIdentity(), r.Baggage())
+	if d, ok := x.workload(src.Addr()); ok {
+		source = hbone.Baggage{
+			Cluster: cmp.Or(d.Cluster, source.Cluster), Namespace: cmp.Or(d.Namespace, source.Namespace),
+			WorkloadKind: d.WorkloadKind, WorkloadName: d.WorkloadName,
+			Service: cmp.Or(d.Service, source.Service), Revision: cmp.Or(d.Revision, source.Revision),
+		}
+	}
 	l := tcpLabels{
 		reporter:             reporterDestination,
+		source:               labelsOf(source),
 		sourcePrincipal:      orUnknown(r.PeerIdentity()),
+		destination:          labelsOf(x.local(r.Target().Addr())),
 		destinationPrincipal: orUnknown(g.identity),
-		sourceWorkload:       x.workload(src.Addr()),
-		destinationWorkload:  x.workload(r.Target().Addr()),
 		destinationService:   unknown,
 		securityPolicy:       mutualTLS,
 	}

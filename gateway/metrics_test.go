@@ -185,7 +185,8 @@ func TestMetricsOutboundFlows(t *testing.T) {
 	// once routed, emit when it ends.
 	flow := func(src netip.AddrPort, plan Plan, flag string, up, down int64) {
 		fl := &flowLog{direction: outbound, src: src}
-		fl.openMetrics(g.metrics, g.outboundLabels(src, plan))
+		l, _ := g.outboundLabels(g.snapshot(), src, plan)
+		fl.openMetrics(g.metrics, l)
 		fl.flag, fl.sent, fl.recv = flag, up, down
 		fl.emit(nil)
 	}
@@ -202,7 +203,8 @@ func TestMetricsOutboundFlows(t *testing.T) {
 	// One still open: counted as opened, not closed, and in flows_open
 	// (which counts the flow table's open flows).
 	open := g.flows.begin(outbound)
-	open.log.openMetrics(g.metrics, g.outboundLabels(stranger, toPeer))
+	l, _ := g.outboundLabels(g.snapshot(), stranger, toPeer)
+	open.log.openMetrics(g.metrics, l)
 
 	service := map[string]string{
 		"reporter": "source", "source_principal": testIDA, "destination_principal": testIDB,
@@ -290,14 +292,14 @@ func TestMetricsCloseOnce(t *testing.T) {
 	}
 }
 
-// Label values with quotes, backslashes and newlines (a workload's name
-// in the config may hold any of them) come back from the exposition
-// as they went in, with the 8 labels of Istio's TCP metrics.
+// Label values with quotes, backslashes and newlines (the exposition's
+// escaping must hold whatever a value holds) come back from the exposition
+// as they went in, with the 16 labels of Istio's TCP metrics.
 func TestMetricsLabelEscaping(t *testing.T) {
 	g := metricsGateway(t)
 	const odd = "a\"b\\c\nd"
 	fl := &flowLog{direction: outbound}
-	fl.openMetrics(g.metrics, tcpLabels{reporter: "source", sourceWorkload: odd})
+	fl.openMetrics(g.metrics, tcpLabels{reporter: "source", source: workloadLabels{workload: odd}})
 	srv := httptest.NewServer(g.metricsHandler())
 	defer srv.Close()
 	var found int
@@ -309,8 +311,8 @@ func TestMetricsLabelEscaping(t *testing.T) {
 		if got := s.labels["source_workload"]; got != odd {
 			t.Errorf("round trip of an escaped value: %q, want %q", got, odd)
 		}
-		if len(s.labels) != 8 {
-			t.Errorf("labels: %v, want the 8 of Istio's TCP metrics", s.labels)
+		if len(s.labels) != len(tcpLabelNames) {
+			t.Errorf("labels: %v, want the %d of Istio's TCP metrics", s.labels, len(tcpLabelNames))
 		}
 	}
 	if found != 1 {
@@ -424,7 +426,8 @@ func TestMetricsFamilies(t *testing.T) {
 	srv := httptest.NewServer(g.metricsHandler())
 	defer srv.Close()
 	fl := &flowLog{direction: outbound}
-	fl.openMetrics(g.metrics, g.outboundLabels(netip.MustParseAddrPort("10.244.1.5:40000"), Plan{Kind: Deny}))
+	l, _ := g.outboundLabels(g.snapshot(), netip.MustParseAddrPort("10.244.1.5:40000"), Plan{Kind: Deny})
+	fl.openMetrics(g.metrics, l)
 	defer fl.emit(nil)
 
 	ca, err := devca.New("cluster.local")

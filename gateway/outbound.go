@@ -83,7 +83,8 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 	if plan.Kind != Deny {
 		fl.dst, fl.service = plan.Target, plan.Service
 	}
-	fl.openMetrics(g.metrics, g.outboundLabels(r.Src(), plan))
+	labels, baggage := g.outboundLabels(snap, r.Src(), plan)
+	fl.openMetrics(g.metrics, labels)
 	if max := snap.cfg.Gateway.MaxFlowsPerSource; !g.flows.admit(f, r.Src().Addr(), max) {
 		return nil, nil, outcome{flag: flagOverflow,
 			err: fmt.Errorf("%d outbound flows from %s are open (gateway.max_flows_per_source)", max, r.Src().Addr())}
@@ -107,6 +108,7 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 		Identities: plan.Identities,
 		Source:     r.Src(),
 		Host:       plan.Host,
+		Baggage:    baggage,
 	})
 	cancel()
 	if err != nil {

@@ -25,8 +25,9 @@ import (
 //
 // What a reload applies: [[peers]], [[workloads]], [[services]],
 // [[policies]], hbone.serve, gateway.drain_timeout,
-// gateway.max_flows_per_source and log.level, the keys
-// the config schema tags reload:"apply" (config.ReloadApplied). Every
+// gateway.max_flows_per_source, log.level and the [gateway] keys
+// describing this node's workload (the labels and baggage of new flows),
+// the keys the config schema tags reload:"apply" (config.ReloadApplied). Every
 // other key is bound to something built once at start (the device and its
 // routes, the stack, the listeners, the pool, the certificates, the
 // loggers): a reload that changes one logs it as needing a restart and
@@ -270,7 +271,7 @@ func (g *Gateway) mergeLocked() *config.Config {
 	c := *g.file
 	st := g.mesh
 	var clashes []string
-	c.Network = st.Network
+	c.Network, c.Self = st.Network, st.Self
 
 	c.Workloads = slices.Clone(g.file.Workloads)
 	addrs := map[netip.Addr]string{}

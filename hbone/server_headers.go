@@ -6,9 +6,10 @@ import (
 )
 
 // The CONNECT headers a server reads (docs/hbone.md, "The CONNECT
-// request"): traceparent for the logs, forwarded for the original source.
-// Both come from the peer, so both parsers accept anything without
-// panicking and answer "absent" for what they cannot read.
+// request"): traceparent for the logs, forwarded for the original source,
+// baggage for the source workload's description (its parser is in
+// baggage.go). All come from the peer, so every parser accepts anything
+// without panicking and answers "absent" for what it cannot read.
 
 // TraceID is the trace id of the request's W3C traceparent header (32
 // lowercase hex digits), or "" when the header is absent or malformed.
@@ -16,6 +17,14 @@ import (
 // two sides of a flow.
 func (r *Request) TraceID() string {
 	return parseTraceID(r.header.Get("Traceparent"))
+}
+
+// Baggage is the source workload's description in the request's baggage
+// header lines (ParseBaggage): the zero Baggage when there is none, and
+// each field empty that is absent or unreadable. It is the peer's claim,
+// as trustworthy as the peer's identity.
+func (r *Request) Baggage() Baggage {
+	return ParseBaggage(r.header.Values("Baggage"))
 }
 
 // ForwardedFor is the original client named by the request's

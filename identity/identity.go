@@ -186,6 +186,21 @@ func validSegment(s string) bool {
 	}) < 0
 }
 
+// CheckName checks a name that describes a workload in baggage and in
+// metric labels (a cluster, a workload, a canonical service or revision):
+// 1..253 bytes of letters, digits, '.', '-' and '_'. These are the
+// characters of Kubernetes' names and label values, and none of them
+// needs encoding in a baggage header (docs/hbone.md, "The CONNECT
+// request"); the bound is a DNS name's, the longest Kubernetes name.
+func CheckName(s string) error {
+	if s == "" || len(s) > maxHostname || strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_')
+	}) >= 0 {
+		return fmt.Errorf("%q is not a name: use 1 to %d letters, digits, \".\", \"-\" and \"_\"", s, maxHostname)
+	}
+	return nil
+}
+
 // maxHostname and maxLabel are DNS's bounds (RFC 1035 §2.3.4): 253 bytes
 // for a name written without its final dot, 63 for one label.
 const (

@@ -208,3 +208,29 @@ func TestCheckHostname(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckName(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		ok bool
+	}{
+		{"Kubernetes", true},
+		{"vm-1.prod_a", true},
+		{"v1.2.3", true},
+		{strings.Repeat("a", 253), true},
+		{strings.Repeat("a", 254), false},
+		{"", false},
+		{"a b", false},
+		{"a,b", false},
+		{"a=b", false},
+		{"a;b", false},
+		{"a%2Cb", false},
+		{"a/b", false},
+		{"é", false},
+		{"a\x00", false},
+	} {
+		if err := CheckName(tc.s); (err == nil) != tc.ok {
+			t.Errorf("CheckName(%q) = %v, want ok %v", tc.s, err, tc.ok)
+		}
+	}
+}

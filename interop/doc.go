@@ -7,5 +7,8 @@
 // (testdata/server.js) that reports what it saw on the wire: the
 // :authority, the forwarded, traceparent and baggage headers, the client
 // certificate's URI SAN, the ALPN, and how many TLS connections it
-// accepted. The tests skip, saying why, where node or openssl is missing.
+// accepted. A Node client also drives a whole gateway.Gateway (no TUN),
+// sending the baggage a ztunnel sends, which must reach the labels of
+// its /metrics. The tests skip, saying why, where node or openssl is
+// missing.
 package interop

@@ -217,6 +217,8 @@ type nodeClientConfig struct {
 	Speaker  *nodeStream  `json:"speaker,omitempty"`
 	Probes   []nodeProbe  `json:"probes,omitempty"`
 	TLS      *nodeTLS     `json:"tls,omitempty"`
+	// Headers are added to every CONNECT.
+	Headers map[string]string `json:"headers,omitempty"`
 }
 
 // nodeTLS overrides client.js's TLS parameters, to break a rule.

@@ -110,9 +110,16 @@ func (s *nodeServer) request(authority string, source netip.AddrPort) hbone.Conn
 		Authority:  netip.MustParseAddrPort(authority),
 		Identities: []string{nodeServerID},
 		Source:     source,
-		Baggage:    "k8s.cluster.name=interop,k8s.namespace.name=go",
+		Baggage:    interopBaggage.String(),
 	}
 }
+
+// interopBaggage describes the Go client as a VM's gateway describes
+// itself; interopBaggageWire is how ztunnel writes the same (its
+// baggage_header_val, kind "pod" for a WorkloadEntry).
+var interopBaggage = hbone.Baggage{Cluster: "interop", Namespace: "go", WorkloadName: "vm-1", Service: "vm", Revision: "v1"}
+
+const interopBaggageWire = "k8s.cluster.name=interop,k8s.namespace.name=go,k8s.pod.name=vm-1,service.name=vm,service.version=v1"
 
 var traceparentForm = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-00$`)
 
@@ -205,8 +212,8 @@ func TestOurPoolToNodeServer(t *testing.T) {
 			if want := fmt.Sprintf(`for="10.1.0.5:%d"`, 40000+i-1); h["forwarded"] != want {
 				t.Errorf("forwarded %q, want %q", h["forwarded"], want)
 			}
-			if h["baggage"] != "k8s.cluster.name=interop,k8s.namespace.name=go" {
-				t.Errorf("baggage %q", h["baggage"])
+			if h["baggage"] != interopBaggageWire {
+				t.Errorf("baggage %q, want %q", h["baggage"], interopBaggageWire)
 			}
 			if tp := h["traceparent"]; !traceparentForm.MatchString(tp) || traces[tp] {
 				t.Errorf("traceparent %q malformed or reused", tp)

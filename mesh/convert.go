@@ -398,6 +398,18 @@ func convertWorkload(w *workloadapi.Workload) (config.Workload, error) {
 	if c.Name == "" || c.Namespace == "" {
 		return c, errors.New("workload without a name or namespace")
 	}
+	// What metrics and baggage describe it by (ztunnel's Workload.baggage):
+	// a value that is not a name is left unknown rather than the workload
+	// refused, as it routes the same without it.
+	name := func(v string) string {
+		if identity.CheckName(v) != nil {
+			return ""
+		}
+		return v
+	}
+	c.WorkloadName, c.CanonicalService = name(w.GetWorkloadName()), name(w.GetCanonicalName())
+	c.CanonicalRevision, c.Cluster = name(w.GetCanonicalRevision()), name(w.GetClusterId())
+	c.WorkloadKind = strings.ToLower(w.GetWorkloadType().String())
 	if c.ServiceAccount == "" {
 		c.ServiceAccount = "default" // Kubernetes' and ztunnel's default
 	}

@@ -43,9 +43,11 @@ func meshSnapshot() Snapshot {
 		Addresses: map[string]*workloadapi.Address{
 			"self": wlAddr(&workloadapi.Workload{Uid: "self", Name: "vm-1", Namespace: "vm", ServiceAccount: "vm-sa",
 				Addresses: [][]byte{ip("10.0.0.9")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-1",
-				AuthorizationPolicies: []string{"vm/selected"}}),
+				AuthorizationPolicies: []string{"vm/selected"},
+				WorkloadName:          "db-vm", WorkloadType: workloadapi.WorkloadType_POD, CanonicalName: "db", CanonicalRevision: "v2", ClusterId: "c1"}),
 			"web-1": wlAddr(&workloadapi.Workload{Uid: "web-1", Name: "web-1", Namespace: "default", ServiceAccount: "web",
 				Addresses: [][]byte{ip("10.1.0.1")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-1", TrustDomain: "example.org",
+				WorkloadName: "web", WorkloadType: workloadapi.WorkloadType_DEPLOYMENT, CanonicalName: "web app", CanonicalRevision: "v1", ClusterId: "c1",
 				Services: map[string]*workloadapi.PortList{"default/web.default.svc.cluster.local": ports(80, 8081)}}),
 			"web-2": wlAddr(&workloadapi.Workload{Uid: "web-2", Name: "web-2", Namespace: "default",
 				Addresses: [][]byte{ip("10.1.0.2")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-1",
@@ -107,7 +109,14 @@ func TestConvertMesh(t *testing.T) {
 	if st.Self == nil || st.Self.Name != "vm-1" || st.Network != "net-1" {
 		t.Fatalf("Self = %+v, Network %q", st.Self, st.Network)
 	}
+	if s := st.Self; s.WorkloadName != "db-vm" || s.WorkloadKind != "pod" || s.CanonicalService != "db" || s.CanonicalRevision != "v2" || s.Cluster != "c1" {
+		t.Errorf("Self's description = %q %q %q %q %q, want db-vm pod db v2 c1", s.WorkloadName, s.WorkloadKind, s.CanonicalService, s.CanonicalRevision, s.Cluster)
+	}
 	wname := func(w config.Workload) string { return w.Namespace + "/" + w.Name }
+	// A value that is not a name is left unknown; the workload stays.
+	if w := find(st.Workloads, wname, "default/web-1"); w == nil || w.WorkloadName != "web" || w.WorkloadKind != "deployment" || w.CanonicalService != "" || w.CanonicalRevision != "v1" {
+		t.Errorf("web-1's description = %+v, want web deployment, no canonical service (not a name), v1", w)
+	}
 	if w := find(st.Workloads, wname, "default/ext"); w != nil {
 		t.Errorf("a hostname-only workload is kept: %+v", w)
 	}

@@ -47,6 +47,10 @@ addresses = ["10.244.2.5"]
 hbone_address = "192.0.2.2:15008"
 identity = "spiffe://cluster.local/ns/meshtun/sa/node-b"
 `
+	// Each node describes its own workload with the [gateway] keys of
+	// examples/two-nodes; node A's description reaches node B in the
+	// CONNECT's baggage.
+	metricsNodeTarget  = "10.244.2.6" // in node B, served, no configured workload: node B's own
 	metricsNodeBPolicy = `
 [[policies]]
 name = "no-9090"
@@ -186,6 +190,9 @@ func TestEndToEndMetrics(t *testing.T) {
 		}
 		return s
 	})
+	if err := tp.B.IP("addr", "add", metricsNodeTarget+"/32", "dev", "lo"); err != nil {
+		t.Fatal(err)
+	}
 	_, idA, err := hbone.LoadKeyPair(filepath.Join(dir, "node-a.pem"), filepath.Join(dir, "node-a-key.pem"))
 	if err != nil {
 		t.Fatal(err)
@@ -362,6 +369,64 @@ func TestEndToEndMetrics(t *testing.T) {
 		})
 	}
 
+	// A flow from node A itself (not from its client workload's address)
+	// to an address of node B no workload is configured at: node A
+	// describes itself as the source, in its labels and in the CONNECT's
+	// baggage, which node B's labels read; node B is the destination.
+	t.Run("baggage", func(t *testing.T) {
+		l, err := tp.B.Listen("tcp", metricsNodeTarget+":8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan struct{})
+		go func() { xfer.Serve(l); close(served) }()
+		defer func() { l.Close(); <-served }()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var c net.Conn
+		if err := tp.A.Do(func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, "tcp", metricsNodeTarget+":8080")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := xfer.Run(c, 100, 100); err != nil {
+			t.Fatal(err)
+		}
+		source := map[string]string{
+			"source_workload": "node-a", "source_workload_namespace": "demo", "source_canonical_service": "client",
+			"source_canonical_revision": "v1", "source_cluster": "demo", "source_principal": idA,
+		}
+		unknownDst := map[string]string{
+			"destination_workload": "unknown", "destination_workload_namespace": "unknown", "destination_canonical_service": "unknown",
+			"destination_canonical_revision": "unknown", "destination_cluster": "unknown",
+		}
+		nodeB := map[string]string{
+			"destination_workload": "node-b", "destination_workload_namespace": "demo", "destination_canonical_service": "node-b",
+			"destination_canonical_revision": "latest", "destination_cluster": "demo", "destination_principal": idB,
+		}
+		for _, side := range []struct {
+			node   *topo.Node
+			labels map[string]string
+		}{
+			{tp.A, labelsWith(merged(source, unknownDst), "reporter", "source", "response_flags", "-")},
+			{tp.B, labelsWith(merged(source, nodeB), "reporter", "destination", "response_flags", "-")},
+		} {
+			// Opened is counted before the CONNECT's answer: the transfer
+			// that ended proves it.
+			samples := scrapeNode(t, side.node, "/metrics")
+			if got := promSum(samples, "istio_tcp_connections_opened_total", side.labels); got != 1 {
+				t.Errorf("%s: istio_tcp_connections_opened_total%v = %v, want 1", side.node.Name, side.labels, got)
+			}
+			for _, s := range samples {
+				if s.name == "istio_tcp_connections_opened_total" && s.labels["source_workload"] == "node-a" || t.Failed() && strings.HasPrefix(s.name, "istio_tcp_") {
+					t.Logf("%s: %s%v %v", side.node.Name, s.name, s.labels, s.value)
+				}
+			}
+		}
+	})
+
 	t.Run("config dump", func(t *testing.T) {
 		code, body := httpDo(t, nodeHTTP(tp.A), http.MethodGet, "http://127.0.0.1:15000/config_dump")
 		if code != http.StatusOK {
@@ -439,6 +504,17 @@ func TestEndToEndMetrics(t *testing.T) {
 		transfer()
 		waitCount(t, "node B's INFO line at level info again", cleanLines, cleanBefore+1)
 	})
+}
+
+// merged is the union of label sets (the later wins).
+func merged(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // waitCount polls count until it reaches want, for at most 10 s.

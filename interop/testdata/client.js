@@ -5,9 +5,10 @@
 //
 // config: {addr, ca, cert, key, serverID, streams: [{authority, size}],
 //          speaker: {authority, size}, probes: [{method, authority}],
-//          tls: {ciphers, alpn, minVersion, maxVersion}}
+//          tls: {ciphers, alpn, minVersion, maxVersion}, headers: {name: value}}
 // cert and key may be null: no client certificate. tls overrides the
-// HBONE defaults, to break a rule on purpose.
+// HBONE defaults, to break a rule on purpose. headers are added to every
+// CONNECT (e.g. the baggage a ztunnel sends).
 'use strict';
 const crypto = require('crypto');
 const fs = require('fs');
@@ -48,7 +49,7 @@ const session = http2.connect('https://' + cfg.addr, {
 // connect opens a CONNECT stream and resolves with it once the answer's
 // headers are in (any status).
 function connect(authority, method) {
-  const headers = { ':method': method || 'CONNECT', ':authority': authority };
+  const headers = { ...(cfg.headers || {}), ':method': method || 'CONNECT', ':authority': authority };
   if (method && method !== 'CONNECT') headers[':path'] = '/';
   const req = session.request(headers, { endStream: method && method !== 'CONNECT' });
   return new Promise((resolve, reject) => {

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -394,7 +395,52 @@ func (m *mesh) testTraffic(t *testing.T) {
 		} else if !strings.Contains(line, "direction=inbound") {
 			t.Errorf("%s's access line: %s", c.to.Name, line)
 		}
+		// Each end is named as istiod describes its WorkloadEntry (the
+		// workload name is the entry's, the canonical service its app
+		// label, the revision Istio's default): the source by the
+		// sender's baggage or the receiver's own state, the destination by
+		// the receiver's own workload. Opened is counted before the
+		// CONNECT's answer, so the transfers above prove it.
+		end := func(side string, n *topo.Node) []string {
+			return []string{
+				side + `_workload="` + workloadEntryName(n) + `"`, side + `_workload_namespace="` + meshNS + `"`,
+				side + `_canonical_service="` + n.Name + `"`, side + `_canonical_revision="latest"`,
+				side + `_cluster="` + m.cp.ClusterID() + `"`,
+			}
+		}
+		want := append(append([]string{`reporter="destination"`}, end("source", c.from)...), end("destination", c.to)...)
+		if got, series := openedWith(t, c.to, want); got < 3 {
+			t.Errorf("%s: istio_tcp_connections_opened_total with %v = %v, want ≥ 3; series:\n%s", c.to.Name, want, got, strings.Join(series, "\n"))
+		}
 	}
+}
+
+// openedWith sums n's istio_tcp_connections_opened_total samples that
+// carry every label="value" of want, and returns every sample line.
+func openedWith(t *testing.T, n *topo.Node, want []string) (float64, []string) {
+	t.Helper()
+	b, err := get(n, metricsAddr, "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	var series []string
+	for l := range strings.SplitSeq(string(b), "\n") {
+		rest, ok := strings.CutPrefix(l, "istio_tcp_connections_opened_total{")
+		labels, value, cut := strings.Cut(rest, "} ")
+		if !ok || !cut {
+			continue
+		}
+		series = append(series, l)
+		match := true
+		for _, w := range want {
+			match = match && slices.Contains(strings.Split(labels, ","), w)
+		}
+		if v, err := strconv.ParseFloat(value, 64); match && err == nil {
+			sum += v
+		}
+	}
+	return sum, series
 }
 
 // A Pod deleted and made again with a new IP moves node A's plan for its
