@@ -22,7 +22,7 @@ var allowed = map[string]struct {
 	"tun":         {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
 	"tun/tuntest": {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
 	"netstack":    {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
-	"hbone":       {[]string{"identity"}, []string{"golang.org/x/net", "github.com/hashicorp/go-hclog"}},
+	"hbone":       {[]string{"identity"}, []string{"golang.org/x/net", "golang.org/x/time/rate", "github.com/hashicorp/go-hclog"}},
 	"hbone/devca": {[]string{"hbone"}, nil},
 	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
 	// mesh speaks Istio's protocols with Istio's own Go types; genproto's

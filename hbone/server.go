@@ -29,12 +29,15 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/time/rate"
 )
 
 // Tuning of the server; the HTTP/2 windows and frame sizes are the
@@ -44,6 +47,14 @@ const (
 	srvMaxHeaderList = 64 << 10
 	// srvDefaultMaxStreams is ztunnel's SETTINGS_MAX_CONCURRENT_STREAMS.
 	srvDefaultMaxStreams = 200
+
+	// srvRefusalLogRate and srvRefusalLogBurst bound the WARN lines about
+	// refused handshakes and requests (a peer with a bad certificate, a
+	// malformed CONNECT): each attempt gets its line while they are few,
+	// and a flood of them cannot flood the journal; the lines skipped are
+	// counted in the next one.
+	srvRefusalLogRate  = 1 // per second, after the burst
+	srvRefusalLogBurst = 20
 
 	// srvHandshakeTimeout is HandshakeTimeout's default: it bounds the TLS
 	// handshake, the client preface and SETTINGS and the first request,
@@ -127,6 +138,9 @@ type Server struct {
 	handshakeFailures, streamsRefused, connsRefused atomic.Uint64
 	connsOpen, streamsOpen                          atomic.Int64
 
+	refusalLog    *rate.Limiter // WARN lines about refusals (logRefusal)
+	refusalsQuiet atomic.Uint64 // refusals not logged since the last line
+
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*srvConn]struct{}
@@ -179,6 +193,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		tlsConf:          sourceServerConfig(src, opts.TrustDomain),
 		log:              opts.Logger,
 		handshakeTimeout: opts.HandshakeTimeout,
+		refusalLog:       rate.NewLimiter(srvRefusalLogRate, srvRefusalLogBurst),
 		pingAfter:        opts.pingAfter,
 		pingTimeout:      opts.pingTimeout,
 		listeners:        make(map[net.Listener]struct{}),
@@ -311,10 +326,15 @@ func (s *Server) serveConn(raw net.Conn) {
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	if err != nil {
-		if errors.Is(err, ErrNoCertificate) {
+		switch {
+		case errors.Is(err, ErrNoCertificate):
 			log.Warn("TLS handshake refused: we hold no certificate", "error", err)
-		} else {
+		case quietHandshakeError(err, sc.ctx):
+			// The peer went away or never spoke (a port scan, a probe), or
+			// we are closing: nothing an operator must read.
 			log.Debug("TLS handshake failed", "error", err)
+		default:
+			s.logRefusal(log, "TLS handshake refused", "error", err)
 		}
 		if sc.ctx.Err() == nil { // not our own Close
 			s.handshakeFailures.Add(1)
@@ -411,4 +431,25 @@ func (s *Server) Close() error {
 	}
 	s.wg.Wait()
 	return nil
+}
+
+// logRefusal writes a WARN line about a refused peer or request, within
+// the refusal log's rate; a line after skipped ones says how many.
+func (s *Server) logRefusal(log hclog.Logger, msg string, args ...any) {
+	if !s.refusalLog.Allow() {
+		s.refusalsQuiet.Add(1)
+		return
+	}
+	if n := s.refusalsQuiet.Swap(0); n > 0 {
+		args = append(args, "refusals_not_logged", n)
+	}
+	log.Warn(msg, args...)
+}
+
+// quietHandshakeError reports a handshake that ended without a refusal
+// of ours: the peer closed or reset the connection or sent nothing before
+// the deadline, or the server is closing (ctx done).
+func quietHandshakeError(err error, ctx context.Context) bool {
+	return ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed) || isTimeout(err)
 }

@@ -128,7 +128,7 @@ func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 		status = http.StatusBadRequest
 	}
 	if f.Truncated || err != nil {
-		c.log.Debug("CONNECT refused", "stream", id, "status", status, "error", err)
+		c.srv.logRefusal(c.log, "CONNECT refused", "stream", id, "status", status, "error", err)
 		answerLocked(c.h2Conn, id, status, f.StreamEnded())
 		c.srv.streamsRejected.Add(1)
 		return nil
