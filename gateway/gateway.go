@@ -50,7 +50,8 @@ type Gateway struct {
 	server   *hbone.Server
 	ready    atomic.Bool
 	readyCh  chan struct{} // closed once Run is ready
-	draining atomic.Bool
+	draining atomic.Bool  // new captured flows are refused; readiness fails
+	drainSig drainSignals // Quit, EndDrain, Draining (drain.go)
 	flows    flowTable // every open flow; it writes the access log (flows.go)
 	metrics  *metrics  // metrics.go
 
@@ -103,6 +104,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 		readyCh:   make(chan struct{}),
 		metrics:   newMetrics(),
 		meshReady: make(chan struct{}),
+		drainSig:  newDrainSignals(),
 	}
 	switch {
 	case opts.Certificate != nil:
@@ -394,6 +396,9 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			case <-ctx.Done():
 				g.drain()
 				return nil
+			case <-g.drainSig.quit:
+				g.drain()
+				return nil
 			case err := <-serveErr:
 				return fmt.Errorf("gateway: hbone server stopped: %w", err)
 			}
@@ -405,6 +410,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 
 	select {
 	case <-ctx.Done():
+	case <-g.drainSig.quit:
 	case err := <-serveErr:
 		g.ready.Store(false)
 		return fmt.Errorf("gateway: hbone server stopped: %w", err)
@@ -430,17 +436,26 @@ func (g *Gateway) poolOptions() hbone.PoolOptions {
 }
 
 // drain refuses new flows, sends GOAWAY to HBONE peers and gives open
-// flows the drain timeout to finish. Run's deferred closers then end
-// whatever is left.
+// flows the drain timeout to finish, or until EndDrain. Run's deferred
+// closers then end whatever is left.
 func (g *Gateway) drain() {
 	timeout := g.snapshot().cfg.Gateway.DrainTimeout.Duration
+	g.beginDrain()
 	g.log.Info("draining", "timeout", timeout)
-	g.ready.Store(false)
-	g.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// EndDrain cuts it short: the HBONE shutdown and the wait below both
+	// end with ctx. The goroutine ends with ctx, at the latest when drain
+	// returns.
+	go func() {
+		select {
+		case <-g.drainSig.hurry:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if g.server != nil {
-		if err := g.server.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := g.server.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			g.log.Warn("hbone shutdown", "error", err)
 		}
 	}
@@ -448,14 +463,19 @@ func (g *Gateway) drain() {
 	case <-g.flows.idleCh():
 		g.log.Info("drained")
 	case <-ctx.Done():
-		g.log.Warn("drain timeout: closing the flows still open")
+		select {
+		case <-g.drainSig.hurry:
+			g.log.Warn("drain ended early: closing the flows still open")
+		default:
+			g.log.Warn("drain timeout: closing the flows still open")
+		}
 	}
 }
 
 func (g *Gateway) readinessHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, r *http.Request) {
-		if !g.ready.Load() {
+		if !g.ready.Load() || g.draining.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}

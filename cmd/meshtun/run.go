@@ -97,15 +97,35 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// A second signal while draining ends the drain: the flows still open
+	// are closed now, the device and routes removed as on any stop. A
+	// third exits at once (ExecStopPost's cleanup removes what is left).
+	// The goroutine ends when cmdRun returns (returned).
+	again, returned := make(chan os.Signal, 2), make(chan struct{})
+	defer close(returned)
+	defer signal.Stop(again)
 	go func() {
-		// A second signal while draining: stop now.
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-returned:
+			return
+		}
 		stop()
-		again := make(chan os.Signal, 1)
 		signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
-		<-again
-		log.Warn("second signal: exiting without draining")
-		os.Exit(1)
+		for n := 2; ; n++ {
+			select {
+			case <-again:
+			case <-returned:
+				return
+			}
+			if n == 2 {
+				log.Warn("second signal: ending the drain now")
+				g.EndDrain()
+				continue
+			}
+			log.Warn("third signal: exiting without cleaning up")
+			os.Exit(1)
+		}
 	}()
 	log.Info("starting", "config", *path, "name", cfg.Gateway.Name)
 	if cfg.Mesh.Enabled() {
@@ -125,7 +145,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(ctx) }()
 
-	ready, draining := g.Ready(), ctx.Done()
+	// Draining: SIGTERM (ctx) or POST /quitquitquit.
+	ready, draining := g.Ready(), g.Draining()
 	for {
 		select {
 		case <-ready:
