@@ -52,6 +52,9 @@ type Gateway struct {
 	readyCh  chan struct{} // closed once Run is ready
 	draining atomic.Bool  // new captured flows are refused; readiness fails
 	drainSig drainSignals // Quit, EndDrain, Draining (drain.go)
+	// hboneProbe is the HBONE listener as Run serves it, for Check
+	// (health.go); nil without hbone.listen.
+	hboneProbe atomic.Pointer[probedListener]
 	flows    flowTable // every open flow; it writes the access log (flows.go)
 	metrics  *metrics  // metrics.go
 
@@ -312,6 +315,13 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("gateway: hbone.listen: %w", err)
 		}
+		pl, err := newProbedListener(hboneLn, g.cfg.HBONE.Listen)
+		if err != nil {
+			hboneLn.Close()
+			return err
+		}
+		hboneLn = pl // Check connects to it (health.go)
+		g.hboneProbe.Store(pl)
 		closers = append(closers, func() { hboneLn.Close() })
 		srv, err := hbone.NewServer(hbone.ServerOptions{
 			Source:      g.certs(),
