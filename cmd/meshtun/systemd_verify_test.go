@@ -146,3 +146,86 @@ func TestSystemdDropIn(t *testing.T) {
 		t.Errorf("the drop-in has sections %v, want [Service] only", d)
 	}
 }
+
+// TestSystemdReadme keeps examples/systemd/README.md true to the code:
+// each STATUS= line it lists is one the gateway sends (its text up to the
+// first <placeholder> is in the source that sends it), and each meshtun
+// command of its shell blocks runs through the CLI: certs makes its
+// files, the others go as far as reading a config that does not exist
+// here (a wrong command or flag fails before).
+func TestSystemdReadme(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "examples", "systemd", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src []byte
+	for _, f := range []string{"run.go", "watchdog.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	statuses := regexp.MustCompile("`STATUS=([^`]*)`").FindAllSubmatch(readme, -1)
+	if len(statuses) < 6 {
+		t.Fatalf("README lists %d STATUS= lines", len(statuses))
+	}
+	for _, m := range statuses {
+		literal, _, _ := strings.Cut(string(m[1]), "<")
+		if !bytes.Contains(src, []byte(literal)) {
+			t.Errorf("README's STATUS=%s: %q is in no string the gateway sends", m[1], literal)
+		}
+	}
+
+	tls := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "gateway.toml")
+	ran := map[string]bool{}
+	inSh := false
+	for _, line := range strings.Split(string(readme), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```sh"):
+			inSh = true
+			continue
+		case strings.HasPrefix(line, "```"):
+			inSh = false
+			continue
+		}
+		cmd, _, _ := strings.Cut(line, "#")
+		args := strings.Fields(cmd)
+		if !inSh || len(args) == 0 {
+			continue
+		}
+		if len(args) > 3 && args[0] == "sudo" && args[1] == "-u" {
+			args = args[3:]
+		}
+		if args[0] != "meshtun" {
+			continue
+		}
+		args = args[1:]
+		for i, a := range args {
+			switch {
+			case a == "/etc/meshtun/gateway.toml":
+				args[i] = missing
+			case a == "/etc/meshtun/tls":
+				args[i] = tls
+			case strings.HasPrefix(a, "/"):
+				t.Errorf("README: meshtun %s: unexpected path %s", strings.Join(args, " "), a)
+			}
+		}
+		var out bytes.Buffer
+		code := runMain(args, &out, &out)
+		if args[0] == "certs" {
+			if _, err := os.Stat(filepath.Join(tls, "node-a-key.pem")); code != 0 || err != nil {
+				t.Errorf("README: meshtun %s: exit %d, %v:\n%s", strings.Join(args, " "), code, err, out.String())
+			}
+		} else if code != 1 || !strings.Contains(out.String(), "no such file") {
+			t.Errorf("README: meshtun %s: exit %d, want 1 with the missing config reported:\n%s", strings.Join(args, " "), code, out.String())
+		}
+		ran[args[0]] = true
+	}
+	for _, c := range []string{"certs", "validate", "route"} {
+		if !ran[c] {
+			t.Errorf("README runs no `meshtun %s`", c)
+		}
+	}
+}
