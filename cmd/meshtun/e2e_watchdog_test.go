@@ -68,13 +68,21 @@ func TestEndToEndWatchdog(t *testing.T) {
 	}
 	t.Cleanup(restore)
 
-	m, err := nextStatus(ctx, sock, pid, "UNHEALTHY")
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, _ := m.value("STATUS")
-	if !strings.Contains(st, "hbone listener "+listen+": does not accept") || !strings.Contains(st, "serving, config") {
-		t.Errorf("STATUS while the listener is gone: %q", st)
+	// The first UNHEALTHY status that names the listener (a busy machine
+	// may have let an earlier check run out of time: that one passes again
+	// and says so).
+	var m notifyMsg
+	for {
+		var err error
+		if m, err = nextStatus(ctx, sock, pid, "UNHEALTHY"); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := m.value("STATUS"); strings.Contains(st, "hbone listener "+listen+": does not accept") {
+			if !strings.Contains(st, "; serving, config") {
+				t.Errorf("STATUS while the listener is gone does not end with the gateway's own: %q", st)
+			}
+			break
+		}
 	}
 	if m.has("WATCHDOG=1") {
 		t.Errorf("the failing check's message pings: %q", m.lines)
@@ -96,12 +104,12 @@ func TestEndToEndWatchdog(t *testing.T) {
 		}
 	}
 	cancelQuiet()
-	if n := len(gwB.LogsContaining("self-check failed")); n != 1 {
+	if n := len(gwB.LogsContaining("does not accept")); n != 1 {
 		t.Errorf("%d log lines of the failure, want one per change:\n%s", n, strings.Join(gwB.LogsContaining("self-check"), "\n"))
 	}
 
 	restore()
-	m, err = nextStatus(ctx, sock, pid, "serving")
+	m, err := nextStatus(ctx, sock, pid, "serving")
 	if err != nil {
 		t.Fatal(err)
 	}
