@@ -102,9 +102,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	// are closed now, the device and routes removed as on any stop. A
 	// third exits at once (ExecStopPost's cleanup removes what is left).
 	// The goroutine ends when cmdRun returns (returned).
-	again, returned := make(chan os.Signal, 2), make(chan struct{})
+	returned := make(chan struct{})
 	defer close(returned)
-	defer signal.Stop(again)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -112,7 +111,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 			return
 		}
 		stop()
+		again := make(chan os.Signal, 2)
 		signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
+		defer signal.Stop(again)
 		for n := 2; ; n++ {
 			select {
 			case <-again:
