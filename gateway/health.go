@@ -146,7 +146,10 @@ func (l *probedListener) answer(c net.Conn) bool {
 
 // probe connects to the listener and waits until its accept loop has
 // taken the connection. The source address is bound and registered
-// before the connect, so Accept can never see the connection first.
+// before the connect, so Accept can never see the connection first. A
+// probe that gives up forgets its address: should the accept loop take
+// the connection later, the server gets it (closed by then), a handshake
+// failure counted at a time the check already reports a failure.
 func (l *probedListener) probe(ctx context.Context) error {
 	accepted := make(chan struct{})
 	var src netip.AddrPort
