@@ -12,10 +12,10 @@ import (
 	"github.com/meshtun/meshtun/internal/topo"
 )
 
-// watchdogUsec is this test's WatchdogSec: 2 s, so pings every second and
-// checks bounded by 500 ms (far more than a check takes even under -race
-// on a busy machine: a probe through the stack and a loopback connect).
-const watchdogUsec = "2000000"
+// watchdogUsec is this test's WatchdogSec: 4 s, so pings every 2 s and
+// checks bounded by 1 s (far more than a check takes even under -race
+// on a busy machine: a probe through the stack and a local connect).
+const watchdogUsec = "4000000"
 
 // TestEndToEndWatchdog runs the real binaries with a NOTIFY_SOCKET and
 // WATCHDOG_USEC of our own, node B's HBONE listener on its veth address:
@@ -71,26 +71,28 @@ func TestEndToEndWatchdog(t *testing.T) {
 	// The first UNHEALTHY status that names the listener (a busy machine
 	// may have let an earlier check run out of time: that one passes again
 	// and says so).
+	naming := func(m notifyMsg) bool {
+		st, _ := m.value("STATUS")
+		return strings.HasPrefix(st, "UNHEALTHY") && strings.Contains(st, "hbone listener "+listen+": does not accept")
+	}
 	var m notifyMsg
-	for {
+	for !naming(m) {
 		var err error
 		if m, err = nextStatus(ctx, sock, pid, "UNHEALTHY"); err != nil {
 			t.Fatal(err)
 		}
-		if st, _ := m.value("STATUS"); strings.Contains(st, "hbone listener "+listen+": does not accept") {
-			if !strings.Contains(st, "; serving, config") {
-				t.Errorf("STATUS while the listener is gone does not end with the gateway's own: %q", st)
-			}
-			break
-		}
+	}
+	if st, _ := m.value("STATUS"); !strings.HasSuffix(st, "; serving, config "+filepath.Join(dir, "node-b.toml")) {
+		t.Errorf("STATUS while the listener is gone does not end with the gateway's own: %q", st)
 	}
 	if m.has("WATCHDOG=1") {
 		t.Errorf("the failing check's message pings: %q", m.lines)
 	}
+	statuses := 1 // STATUS= lines naming the listener: one per change of the failure
 	// From that message on, no ping until a healthy STATUS: the messages
-	// of one sender arrive in order. Three intervals of silence show the
-	// pings have stopped rather than slowed.
-	quiet, cancelQuiet := context.WithTimeout(ctx, 3*2*time.Second)
+	// of one sender arrive in order. Three watchdog intervals of silence
+	// (six pings missed) show the pings have stopped rather than slowed.
+	quiet, cancelQuiet := context.WithTimeout(ctx, 3*4*time.Second)
 	for {
 		m, err := sock.next(quiet, pid)
 		if err != nil {
@@ -102,24 +104,57 @@ func TestEndToEndWatchdog(t *testing.T) {
 		if m.has("WATCHDOG=1") {
 			t.Fatalf("a ping while the self-check fails: %q", m.lines)
 		}
+		if naming(m) {
+			statuses++
+		}
 	}
 	cancelQuiet()
-	if n := len(gwB.LogsContaining("does not accept")); n != 1 {
-		t.Errorf("%d log lines of the failure, want one per change:\n%s", n, strings.Join(gwB.LogsContaining("self-check"), "\n"))
-	}
 
 	restore()
-	m, err := nextStatus(ctx, sock, pid, "serving")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !m.has("WATCHDOG=1") {
-		t.Errorf("the message that says healthy again does not ping: %q", m.lines)
+	for {
+		m, err := sock.next(ctx, pid)
+		if err != nil {
+			t.Fatalf("waiting for a healthy STATUS after the address came back: %v", err)
+		}
+		if naming(m) {
+			statuses++
+		}
+		if st, _ := m.value("STATUS"); strings.HasPrefix(st, "serving") {
+			if !m.has("WATCHDOG=1") {
+				t.Errorf("the message that says healthy again does not ping: %q", m.lines)
+			}
+			break
+		}
+		if m.has("WATCHDOG=1") {
+			t.Fatalf("a ping before the healthy STATUS: %q", m.lines)
+		}
 	}
 	if _, err := sock.nextWith(ctx, pid, "WATCHDOG=1"); err != nil {
 		t.Fatalf("pings after the address came back: %v", err)
 	}
-	waitLog(t, gwB, "self-check passes again")
+	// The log: one line per change, as STATUS=. The line that says the
+	// check passes again is logged after every failure line, so once the
+	// last self-check line is that one, all of them are in.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		lines := gwB.LogsContaining("self-check")
+		if n := len(lines); n > 0 && strings.Contains(lines[n-1], "self-check passes again") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no \"self-check passes again\" after the failures:\n%s", strings.Join(lines, "\n"))
+		}
+		select {
+		case <-gwB.Exited():
+			t.Fatal("node B's gateway exited")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if n := len(gwB.LogsContaining("does not accept")); n != statuses {
+		t.Errorf("%d log lines of the listener's failure, %d STATUS= lines: want one of each per change:\n%s",
+			n, statuses, strings.Join(gwB.LogsContaining("self-check"), "\n"))
+	}
+	t.Logf("the listener's failure: %d change(s), logged and reported once each", statuses)
 }
 
 // nextStatus reads pid's messages until one has a STATUS= that begins

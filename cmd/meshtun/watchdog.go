@@ -64,16 +64,16 @@ func (w *watchdog) run() error {
 }
 
 // result takes a check's result and returns the lines for systemd:
-// WATCHDOG=1 if it passed, and a new STATUS= (from status, the line for
-// the current state) when the state changed; changed says it did, for
-// the one log line per change.
+// WATCHDOG=1 if it passed. changed says that the state changed (from
+// passing to failing or back, or to another failure: the problems'
+// text), for the caller's one log line and new STATUS= per change.
 func (w *watchdog) result(err error) (lines []string, changed bool) {
 	was := w.failing
 	w.failing = err
 	if err == nil {
-		lines = []string{"WATCHDOG=1"}
+		return []string{"WATCHDOG=1"}, was != nil
 	}
-	return lines, (was == nil) != (err == nil)
+	return nil, was == nil || was.Error() != err.Error()
 }
 
 // status is base, the gateway's own STATUS= text, prefixed with the

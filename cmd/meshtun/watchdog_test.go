@@ -34,7 +34,7 @@ func TestWatchdogInterval(t *testing.T) {
 }
 
 // TestWatchdogResult: a ping only after a passing check; STATUS= and the
-// log line only when the state changes.
+// log line only when the state changes (another failure is a change).
 func TestWatchdogResult(t *testing.T) {
 	w := &watchdog{interval: 30 * time.Second}
 	if w.period() != 15*time.Second || w.timeout() != maxCheckTimeout {
@@ -44,6 +44,7 @@ func TestWatchdogResult(t *testing.T) {
 		t.Error("a short interval's check must end within a quarter of it")
 	}
 	wedged := errors.New("netstack: probe: no answer from the stack")
+	gone := errors.New("tun meshtun0: link is down")
 	steps := []struct {
 		err     error
 		ping    bool
@@ -54,6 +55,7 @@ func TestWatchdogResult(t *testing.T) {
 		{nil, true, false, "serving"},
 		{wedged, false, true, "UNHEALTHY, not pinging the watchdog: netstack: probe: no answer from the stack; serving"},
 		{wedged, false, false, "UNHEALTHY, not pinging the watchdog: netstack: probe: no answer from the stack; serving"},
+		{gone, false, true, "UNHEALTHY, not pinging the watchdog: tun meshtun0: link is down; serving"},
 		{nil, true, true, "serving"},
 	}
 	for i, s := range steps {
