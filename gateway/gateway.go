@@ -50,13 +50,13 @@ type Gateway struct {
 	server   *hbone.Server
 	ready    atomic.Bool
 	readyCh  chan struct{} // closed once Run is ready
-	draining atomic.Bool  // new captured flows are refused; readiness fails
-	drainSig drainSignals // Quit, EndDrain, Draining (drain.go)
+	draining atomic.Bool   // new captured flows are refused; readiness fails
+	drainSig drainSignals  // Quit, EndDrain, Draining (drain.go)
 	// hboneProbe is the HBONE listener as Run serves it, for Check
 	// (health.go); nil without hbone.listen.
 	hboneProbe atomic.Pointer[probedListener]
-	flows    flowTable // every open flow; it writes the access log (flows.go)
-	metrics  *metrics  // metrics.go
+	flows      flowTable // every open flow; it writes the access log (flows.go)
+	metrics    *metrics  // metrics.go
 
 	// cur is the config, router and policies in force for new flows
 	// (reload.go); Reload swaps it, serialized by reloadMu.

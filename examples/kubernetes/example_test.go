@@ -34,7 +34,7 @@ type (
 			Namespace string `yaml:"namespace"`
 		} `yaml:"metadata"`
 		Data map[string]string `yaml:"data"` // ConfigMap
-		Spec struct {                         // DaemonSet
+		Spec struct {          // DaemonSet
 			Template struct {
 				Spec podSpec `yaml:"spec"`
 			} `yaml:"template"`
@@ -63,9 +63,9 @@ type (
 		Name            string   `yaml:"name"`
 		Command         []string `yaml:"command"`
 		SecurityContext struct {
-			RunAsUser                *int `yaml:"runAsUser"`
+			RunAsUser                *int  `yaml:"runAsUser"`
 			AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
-			ReadOnlyRootFilesystem   bool `yaml:"readOnlyRootFilesystem"`
+			ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`
 			Capabilities             struct {
 				Drop []string `yaml:"drop"`
 				Add  []string `yaml:"add"`
