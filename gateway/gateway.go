@@ -50,13 +50,9 @@ type Gateway struct {
 	server   *hbone.Server
 	ready    atomic.Bool
 	readyCh  chan struct{} // closed once Run is ready
-	draining atomic.Bool   // new captured flows are refused; readiness fails
-	drainSig drainSignals  // Quit, EndDrain, Draining (drain.go)
-	// hboneProbe is the HBONE listener as Run serves it, for Check
-	// (health.go); nil without hbone.listen.
-	hboneProbe atomic.Pointer[probedListener]
-	flows      flowTable // every open flow; it writes the access log (flows.go)
-	metrics    *metrics  // metrics.go
+	draining atomic.Bool
+	flows    flowTable // every open flow; it writes the access log (flows.go)
+	metrics  *metrics  // metrics.go
 
 	// cur is the config, router and policies in force for new flows
 	// (reload.go); Reload swaps it, serialized by reloadMu.
@@ -72,6 +68,14 @@ type Gateway struct {
 	// with the mesh on, readiness waits for it.
 	meshReady     chan struct{}
 	meshReadyOnce sync.Once
+
+	// drainSig are Quit, EndDrain and Draining (drain.go); draining above
+	// is set once a drain begins: new captured flows are refused and
+	// readiness fails.
+	drainSig drainSignals
+	// hboneProbe is the HBONE listener as Run serves it, for Check
+	// (health.go); nil without hbone.listen.
+	hboneProbe atomic.Pointer[probedListener]
 }
 
 // Options are what New takes besides the config.
