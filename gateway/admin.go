@@ -34,6 +34,8 @@ import (
 //   - GET /logging shows the log level; POST or PUT /logging?level=debug
 //     changes it at once for every logger of the process (the access log
 //     too, which writes at INFO and WARN).
+//   - POST /quitquitquit drains the gateway as SIGTERM does (Quit) and
+//     answers 200 at once; the process exits once the drain is over.
 //   - /debug/pprof/: Go's profiler, to see where a gateway's CPU and memory
 //     go (the bench's missed targets were diagnosed with it).
 func (g *Gateway) adminHandler() http.Handler {
@@ -49,6 +51,7 @@ func (g *Gateway) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /route", g.serveRoute)
 	mux.HandleFunc("/logging", g.serveLogging)
+	mux.HandleFunc("POST /quitquitquit", g.serveQuit)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -299,9 +302,22 @@ func (a *RouteAnswer) UnmarshalJSON(b []byte) error {
 // moved.
 func (g *Gateway) ExplainRoute(dst netip.AddrPort, endpoint int) RouteAnswer {
 	s := g.snapshot()
-	plan := s.router.Route(dst, func(string, int) int { return endpoint })
+	return explain(s.router, s.cfg, dst, endpoint)
+}
+
+// ExplainConfig is ExplainRoute for a gateway that would run cfg, from
+// the config alone: no certificate is read, nothing opened. `meshtun
+// route --config` prints it.
+func ExplainConfig(cfg *config.Config, dst netip.AddrPort, endpoint int) RouteAnswer {
+	return explain(NewRouter(cfg), cfg, dst, endpoint)
+}
+
+// explain is the plan of router for dst, with the given endpoint choice,
+// and whether cfg's tun.routes capture dst.
+func explain(router *Router, cfg *config.Config, dst netip.AddrPort, endpoint int) RouteAnswer {
+	plan := router.Route(dst, func(string, int) int { return endpoint })
 	a := RouteAnswer{Plan: plan}
-	for _, r := range s.cfg.TUN.Routes {
+	for _, r := range cfg.TUN.Routes {
 		if r.Contains(plan.Dst.Addr()) {
 			a.Captured = true
 		}

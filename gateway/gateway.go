@@ -68,6 +68,14 @@ type Gateway struct {
 	// with the mesh on, readiness waits for it.
 	meshReady     chan struct{}
 	meshReadyOnce sync.Once
+
+	// drainSig are Quit, EndDrain and Draining (drain.go); draining above
+	// is set once a drain begins: new captured flows are refused and
+	// readiness fails.
+	drainSig drainSignals
+	// hboneProbe is the HBONE listener as Run serves it, for Check
+	// (health.go); nil without hbone.listen.
+	hboneProbe atomic.Pointer[probedListener]
 }
 
 // Options are what New takes besides the config.
@@ -103,6 +111,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 		readyCh:   make(chan struct{}),
 		metrics:   newMetrics(),
 		meshReady: make(chan struct{}),
+		drainSig:  newDrainSignals(),
 	}
 	switch {
 	case opts.Certificate != nil:
@@ -311,6 +320,13 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("gateway: hbone.listen: %w", err)
 		}
+		pl, err := newProbedListener(hboneLn, g.cfg.HBONE.Listen)
+		if err != nil {
+			hboneLn.Close()
+			return err
+		}
+		hboneLn = pl // Check connects to it (health.go)
+		g.hboneProbe.Store(pl)
 		closers = append(closers, func() { hboneLn.Close() })
 		srv, err := hbone.NewServer(hbone.ServerOptions{
 			Source:               g.certs(),
@@ -415,6 +431,9 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			case <-ctx.Done():
 				g.drain()
 				return nil
+			case <-g.drainSig.quit:
+				g.drain()
+				return nil
 			case err := <-serveErr:
 				return fmt.Errorf("gateway: hbone server stopped: %w", err)
 			}
@@ -426,6 +445,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 
 	select {
 	case <-ctx.Done():
+	case <-g.drainSig.quit:
 	case err := <-serveErr:
 		g.ready.Store(false)
 		return fmt.Errorf("gateway: hbone server stopped: %w", err)
@@ -451,17 +471,26 @@ func (g *Gateway) poolOptions() hbone.PoolOptions {
 }
 
 // drain refuses new flows, sends GOAWAY to HBONE peers and gives open
-// flows the drain timeout to finish. Run's deferred closers then end
-// whatever is left.
+// flows the drain timeout to finish, or until EndDrain. Run's deferred
+// closers then end whatever is left.
 func (g *Gateway) drain() {
 	timeout := g.snapshot().cfg.Gateway.DrainTimeout.Duration
+	g.beginDrain()
 	g.log.Info("draining", "timeout", timeout)
-	g.ready.Store(false)
-	g.draining.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// EndDrain cuts it short: the HBONE shutdown and the wait below both
+	// end with ctx. The goroutine ends with ctx, at the latest when drain
+	// returns.
+	go func() {
+		select {
+		case <-g.drainSig.hurry:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if g.server != nil {
-		if err := g.server.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := g.server.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			g.log.Warn("hbone shutdown", "error", err)
 		}
 	}
@@ -469,14 +498,19 @@ func (g *Gateway) drain() {
 	case <-g.flows.idleCh():
 		g.log.Info("drained")
 	case <-ctx.Done():
-		g.log.Warn("drain timeout: closing the flows still open")
+		select {
+		case <-g.drainSig.hurry:
+			g.log.Warn("drain ended early: closing the flows still open")
+		default:
+			g.log.Warn("drain timeout: closing the flows still open")
+		}
 	}
 }
 
 func (g *Gateway) readinessHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, r *http.Request) {
-		if !g.ready.Load() {
+		if !g.ready.Load() || g.draining.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}

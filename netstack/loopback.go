@@ -45,8 +45,14 @@ var catchAllV4 = tcpip.ProtocolAddress{
 //   - no link address resolution, which a TUN never needs.
 //
 // It leans on gVisor internals; TestManyDestinations pins the behaviour.
+//
+// It is also where the stack's self-probe (probe.go) enters and leaves:
+// Attach keeps the NIC's dispatcher for Probe to hand its SYN to, and
+// WritePackets takes back every packet addressed to probeAddr, which
+// never goes to the TUN.
 type loopbackLink struct {
 	stack.LinkEndpoint
+	probe *prober
 }
 
 var _ stack.LinkEndpoint = (*loopbackLink)(nil)
@@ -74,13 +80,45 @@ func (l *loopbackLink) SupportedGSO() stack.SupportedGSO {
 	return stack.GSONotSupported
 }
 
+// Attach keeps d for the probe, then attaches the wrapped endpoint.
+func (l *loopbackLink) Attach(d stack.NetworkDispatcher) {
+	if d != nil {
+		l.probe.dispatcher.Store(&d)
+	} else {
+		l.probe.dispatcher.Store(nil)
+	}
+	l.LinkEndpoint.Attach(d)
+}
+
 // WritePackets fills in the transport checksums the stack left out, then
-// writes through the wrapped endpoint.
+// writes through the wrapped endpoint; answers to the probe are taken out
+// of pkts first.
 func (l *loopbackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	taken := 0
 	for _, pkt := range pkts.AsSlice() {
+		if l.probe.takeAnswer(pkt) {
+			taken++
+			continue
+		}
 		fillChecksum(pkt)
 	}
-	return l.LinkEndpoint.WritePackets(pkts)
+	if taken == 0 {
+		return l.LinkEndpoint.WritePackets(pkts)
+	}
+	// Rare (a probe every few seconds): the rest of the list, handed on.
+	// The references stay the caller's, which releases every packet of
+	// pkts after the write (as with any link endpoint), the taken ones too.
+	var rest stack.PacketBufferList
+	for _, pkt := range pkts.AsSlice() {
+		if !isProbeAnswer(pkt) {
+			rest.PushBack(pkt)
+		}
+	}
+	if rest.Len() == 0 {
+		return taken, nil
+	}
+	n, err := l.LinkEndpoint.WritePackets(rest)
+	return n + taken, err
 }
 
 // fillChecksum computes the full TCP or UDP checksum of an outbound packet,

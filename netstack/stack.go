@@ -128,6 +128,9 @@ type Stack struct {
 
 	requests, forwarded, rejected, acceptFailures atomic.Uint64
 	link                                          *vnetLink // nil without offload
+
+	prober  *prober               // Probe (probe.go)
+	readErr atomic.Pointer[error] // why the link's read loop ended, if not by Close
 }
 
 // New builds the stack over the device and starts serving it.
@@ -149,7 +152,7 @@ func New(opts Options) (*Stack, error) {
 		log = hclog.NewNullLogger()
 	}
 
-	s := &Stack{log: log, handler: opts.Handler, fd: opts.FD}
+	s := &Stack{log: log, handler: opts.Handler, fd: opts.FD, prober: newProber()}
 	mtu := opts.MTU
 	switch {
 	case opts.Device != nil && opts.Link != nil:
@@ -231,7 +234,9 @@ func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
 		if s.isClosed() {
 			return
 		}
-		s.log.Error("TUN read failed; no more packets will be received", "error", toError(e))
+		err := toError(e)
+		s.readErr.Store(&err)
+		s.log.Error("TUN read failed; no more packets will be received", "error", err)
 	}
 	var ep stack.LinkEndpoint
 	switch {
@@ -264,7 +269,7 @@ func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
 		ep = fep
 	}
 	pending = nil
-	if err := s.stack.CreateNICWithOptions(nicID, &loopbackLink{ep}, stack.NICOptions{Name: "tun"}); err != nil {
+	if err := s.stack.CreateNICWithOptions(nicID, &loopbackLink{LinkEndpoint: ep, probe: s.prober}, stack.NICOptions{Name: "tun"}); err != nil {
 		ep.Close()
 		return fmt.Errorf("netstack: create NIC: %w", toError(err))
 	}
@@ -285,7 +290,8 @@ func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
 		{Destination: header.IPv6EmptySubnet, NIC: nicID},
 	})
-	return nil
+	// The probe's listener (probe.go), on the address just added.
+	return s.prober.listen(s.stack)
 }
 
 // forward runs in the goroutine gVisor's forwarder starts for each SYN.

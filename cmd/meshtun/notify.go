@@ -11,10 +11,13 @@ import (
 
 // notifier speaks systemd's notify protocol (sd_notify(3)): newline
 // separated KEY=VALUE lines, one datagram per message, sent to the unix
-// socket named by $NOTIFY_SOCKET. With Type=notify-reload in the unit,
-// systemd waits for READY=1 before it counts the service as started, sends
-// SIGHUP for `systemctl reload` and waits for RELOADING=1 (stamped with
-// MONOTONIC_USEC) and the READY=1 that ends it.
+// socket named by $NOTIFY_SOCKET. With Type=notify (the shipped unit,
+// systemd 249+), systemd waits for READY=1 before it counts the service
+// as started; a reload (SIGHUP, from ExecReload=, or from systemd itself
+// with the Type=notify-reload drop-in of 253+) is answered with
+// RELOADING=1 (stamped with MONOTONIC_USEC) and the READY=1 that ends it;
+// STOPPING=1 starts the drain; WATCHDOG=1 feeds WatchdogSec= (watchdog.go);
+// STATUS= lines say what the gateway is doing.
 //
 // It is written here rather than taken from go-systemd: it is about forty
 // lines, and the module proxy available to this project does not serve

@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/meshtun/meshtun/config"
 )
 
 // unitFile is a parsed systemd unit: section → key → values, in order
@@ -76,8 +79,12 @@ func TestSystemdUnit(t *testing.T) {
 	want := []struct{ section, key, value string }{
 		{"Unit", "After", "network-online.target"},
 		{"Unit", "Wants", "network-online.target"},
-		{"Service", "Type", "notify-reload"}, // READY=1 and the reload protocol, cmd/meshtun/notify.go
-		{"Service", "ReloadSignal", "SIGHUP"},
+		// systemd 249+: READY=1 and the reload protocol (cmd/meshtun/notify.go),
+		// the reload signal sent by ExecReload; notify-reload is a drop-in.
+		{"Service", "Type", "notify"},
+		{"Service", "NotifyAccess", "main"},
+		{"Service", "ExecReload", "/bin/kill -HUP $MAINPID"},
+		{"Service", "Restart", "on-failure"},
 		{"Service", "User", "meshtun"},
 		{"Service", "AmbientCapabilities", "CAP_NET_ADMIN"},
 		{"Service", "CapabilityBoundingSet", "CAP_NET_ADMIN"},
@@ -91,6 +98,15 @@ func TestSystemdUnit(t *testing.T) {
 		if got := u.one(t, w.section, w.key); got != w.value {
 			t.Errorf("[%s] %s=%q, want %q", w.section, w.key, got, w.value)
 		}
+	}
+	// The watchdog is on, and a stop outlasts the drain by the default
+	// drain timeout at least.
+	if d, err := time.ParseDuration(u.one(t, "Service", "WatchdogSec")); err != nil || d <= 0 {
+		t.Errorf("WatchdogSec: %v, %v; want a positive duration", d, err)
+	}
+	drain := config.Default().Gateway.DrainTimeout.Duration
+	if d, err := time.ParseDuration(u.one(t, "Service", "TimeoutStopSec")); err != nil || d < 2*drain {
+		t.Errorf("TimeoutStopSec: %v, %v; want at least twice the default drain_timeout %v", d, err, drain)
 	}
 	// Families the gateway uses: notify socket, TCP, netlink.
 	fams := strings.Fields(u.one(t, "Service", "RestrictAddressFamilies"))

@@ -10,16 +10,19 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/gateway"
 )
 
 // cmdRoute prints what the gateway would do with a flow to IP:PORT: the
-// plan of the same Router the gateway routes with, loaded through the same
-// path as run (--config), or asked of a running gateway's admin listener
+// plan of the same Router the gateway routes with, built from the config
+// file as run parses and checks it (--config; the certificate files are
+// not needed), or asked of a running gateway's admin listener
 // (--admin; GET /route), which answers with the routes in force, those
 // from istiod included. Both print the same lines. Exit status 0 when the
 // destination is routable, 1 when it is denied (or the config does not
@@ -81,11 +84,20 @@ func cmdRoute(args []string, stdout, stderr io.Writer) error {
 			return exitError{2}
 		}
 	} else {
-		g, _, err := load(*path, stderr, nil)
+		// Parse, not Load: routing needs the config alone, not the
+		// certificate files (a node's key may be readable by the
+		// service's user only).
+		data, err := os.ReadFile(*path)
 		if err != nil {
-			return err
+			fmt.Fprintf(stderr, "meshtun route: %v\n", err)
+			return exitError{1}
 		}
-		answer = g.ExplainRoute(dst, *pick)
+		cfg, err := config.Parse(data, *path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitError{1}
+		}
+		answer = gateway.ExplainConfig(cfg, dst, *pick)
 	}
 	printRoute(stdout, answer)
 	if answer.Kind == gateway.Deny {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -216,5 +218,47 @@ func TestRouteAdmin(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRouteWithoutCertificates runs the real binary: `meshtun route
+// --config` answers from the config alone, while the certificate files it
+// names do not exist (validate, which needs them, refuses the same file).
+func TestRouteWithoutCertificates(t *testing.T) {
+	dir := t.TempDir()
+	bin := buildMeshtun(t, dir)
+	certs := t.TempDir()
+	cfg := routeConfig(t, certs) // certificates made in a directory the config does not point to
+	path := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"node-a.pem", "node-a-key.pem", "ca.pem"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s beside the config: %v, want none", f, err)
+		}
+	}
+	out, err := exec.Command(bin, "route", "--config", path, "10.96.0.10:80").CombinedOutput()
+	if err != nil {
+		t.Fatalf("meshtun route without the certificate files: %v\n%s", err, out)
+	}
+	for _, w := range []string{"service:     default/web", "hbone:       192.0.2.2:15008", "authority:   10.244.2.5:8080"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("route output does not contain %q:\n%s", w, out)
+		}
+	}
+	out, err = exec.Command(bin, "validate", "--config", path).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "tls.cert") {
+		t.Errorf("meshtun validate of the same file: %v, want exit 1 naming tls.cert:\n%s", err, out)
+	}
+	// A config with an error is still refused, with its key path.
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(cfg, `cidrs = ["10.244.2.0/24"]`, `cidrs = ["10.244.2.0/33"]`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(bin, "route", "--config", bad, "10.96.0.10:80").CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "peers[0].cidrs[0]") {
+		t.Errorf("meshtun route of a broken config: %v, want exit 1 naming peers[0].cidrs[0]:\n%s", err, out)
 	}
 }

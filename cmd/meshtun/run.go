@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -97,15 +98,36 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// A second signal while draining ends the drain: the flows still open
+	// are closed now, the device and routes removed as on any stop. A
+	// third exits at once (ExecStopPost's cleanup removes what is left).
+	// The goroutine ends when cmdRun returns (returned).
+	returned := make(chan struct{})
+	defer close(returned)
 	go func() {
-		// A second signal while draining: stop now.
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-returned:
+			return
+		}
 		stop()
-		again := make(chan os.Signal, 1)
+		again := make(chan os.Signal, 2)
 		signal.Notify(again, syscall.SIGTERM, syscall.SIGINT)
-		<-again
-		log.Warn("second signal: exiting without draining")
-		os.Exit(1)
+		defer signal.Stop(again)
+		for n := 2; ; n++ {
+			select {
+			case <-again:
+			case <-returned:
+				return
+			}
+			if n == 2 {
+				log.Warn("second signal: ending the drain now")
+				g.EndDrain()
+				continue
+			}
+			log.Warn("third signal: exiting without cleaning up")
+			os.Exit(1)
+		}
 	}()
 	log.Info("starting", "config", *path, "name", cfg.Gateway.Name)
 	if cfg.Mesh.Enabled() {
@@ -125,13 +147,71 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(ctx) }()
 
-	ready, draining := g.Ready(), ctx.Done()
+	// systemd's watchdog (WatchdogSec=): fed from the self-check once
+	// ready, until the drain (watchdog.go).
+	interval, err := watchdogInterval()
+	if err != nil {
+		log.Warn("systemd watchdog off", "error", err)
+	}
+	var (
+		wd       *watchdog
+		wdTicker *time.Ticker
+		wdTick   <-chan time.Time
+		checked  = make(chan error, 1) // one check at a time: never blocks
+		checking bool
+		checks   sync.WaitGroup // the check goroutine; ends within wd.timeout()
+		base     string         // STATUS= as the gateway's state has it; wd.status adds the health
+	)
+	defer checks.Wait()
+	defer func() {
+		if wdTicker != nil {
+			wdTicker.Stop()
+		}
+	}()
+	startCheck := func() {
+		checking = true
+		checks.Add(1)
+		go func() { defer checks.Done(); checked <- wd.run() }()
+	}
+
+	// Draining: SIGTERM (ctx) or POST /quitquitquit.
+	ready, draining := g.Ready(), g.Draining()
 	for {
 		select {
 		case <-ready:
 			ready = nil
-			if draining != nil { // a SIGTERM during start-up already said STOPPING=1
-				notify(sd, log, "READY=1", "STATUS=serving, config "+*path)
+			if draining == nil { // a SIGTERM during start-up already said STOPPING=1
+				continue
+			}
+			base = "serving, config " + *path
+			notify(sd, log, "READY=1", "STATUS="+base)
+			if interval > 0 {
+				wd = &watchdog{interval: interval, check: g.Check}
+				wdTicker = time.NewTicker(wd.period())
+				wdTick = wdTicker.C
+				log.Info("systemd watchdog: pinging while the self-check passes", "every", wd.period(), "watchdog", interval)
+				startCheck()
+			}
+		case <-wdTick:
+			if !checking { // else the last check is still running: no ping this time
+				startCheck()
+			}
+		case err := <-checked:
+			checking = false
+			if draining == nil {
+				continue
+			}
+			lines, changed := wd.result(err)
+			if changed {
+				if err != nil {
+					log.Error("self-check failed: not pinging systemd's watchdog, which restarts the gateway when WatchdogSec passes without one", "error", err)
+				} else {
+					log.Info("self-check passes again: pinging systemd's watchdog")
+				}
+				lines = append(lines, "STATUS="+wd.status(base))
+			}
+			if len(lines) > 0 {
+				notify(sd, log, lines...)
 			}
 		case <-hup:
 			if draining == nil {
@@ -143,10 +223,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			notify(sd, log, "RELOADING=1", monotonicUsec(), "STATUS=reloading "+*path)
-			status := reload(*path, g, log)
-			notify(sd, log, "READY=1", "STATUS="+status)
+			base = reload(*path, g, log)
+			notify(sd, log, "READY=1", "STATUS="+wd.status(base))
 		case <-draining:
 			draining = nil
+			if wdTicker != nil { // systemd watches no stopping service
+				wdTicker.Stop()
+				wdTick = nil
+			}
 			notify(sd, log, "STOPPING=1", "STATUS=draining")
 		case err := <-runErr:
 			if err != nil {
