@@ -14,7 +14,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -209,7 +211,49 @@ func run(bin string, bulk int64, shortConns int, keep bool) (err error) {
 			return fmt.Errorf("%s logged %d connections, want at least %d", name, len(lines), shortConns+2)
 		}
 	}
+
+	step("metrics after the traffic: connections opened, with Istio's labels (each node's /metrics)")
+	for _, n := range []*topo.Node{tp.A, tp.B} {
+		lines, err := metricLines(n, "istio_tcp_connections_opened_total{")
+		if err != nil {
+			return fmt.Errorf("%s /metrics: %w", n.Name, err)
+		}
+		if len(lines) == 0 {
+			return fmt.Errorf("%s /metrics has no istio_tcp_connections_opened_total", n.Name)
+		}
+		fmt.Printf("    %s:\n", n.Name)
+		for _, l := range lines {
+			fmt.Printf("      %s\n", l)
+		}
+	}
 	return nil
+}
+
+// metricLines fetches the gateway's /metrics inside node n (the configs
+// put it on 127.0.0.1:15020) and returns its lines that start with
+// prefix.
+func metricLines(n *topo.Node, prefix string) ([]string, error) {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return n.Dial(ctx, network, addr)
+		},
+	}}
+	resp, err := c.Get("http://127.0.0.1:15020/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
 }
 
 func indent(s string) string {
