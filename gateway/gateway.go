@@ -94,7 +94,7 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 
 // NewWithOptions is New with a certificate given rather than loaded.
 // With [mesh] on and none given, the gateway has none until
-// SetCertificate, which must come before Run.
+// SetCertificate, which may come before or during Run.
 func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gateway, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()

@@ -3,11 +3,13 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +22,7 @@ import (
 	"istio.io/istio/pkg/workloadapi/security"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
 	"github.com/meshtun/meshtun/mesh"
 )
@@ -570,4 +573,85 @@ func TestConvertedPolicyDecidesAsIstio(t *testing.T) {
 			t.Errorf("%s: %d of %d allowed: the cases do not tell", a.Name, allowed, len(conns))
 		}
 	}
+}
+
+// With [mesh] on and no certificate yet, the gateway serves what the file
+// gives that needs none: a flow to a protocol TCP workload is dialled
+// directly and relayed, while one that needs HBONE (a peer of the file)
+// gets a RST, logged with the reason, without any dial.
+func TestOutboundBeforeMeshCertificate(t *testing.T) {
+	target := echo(t)
+	text := fmt.Sprintf(`version = 1
+[gateway]
+name = "node-a"
+[hbone]
+listen = ""
+[mesh]
+xds_address = "istiod.istio-system.svc:15012"
+namespace = "meshtun"
+service_account = "node-a"
+[[workloads]]
+name = "legacy"
+namespace = "default"
+addresses = [%q]
+protocol = "TCP"
+[[peers]]
+name = "node-b"
+cidrs = ["192.0.2.0/24"]
+address = "127.0.0.1:15008"
+identity = %q
+`, target.Addr(), reloadServerID)
+	cfg, err := config.Parse([]byte(text), "gateway-a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Output: io.MultiWriter(logs, testWriter{t}), Level: hclog.Info})
+	g, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := g.poolOptions()
+	opts.Control = nil // the bypass mark needs CAP_NET_ADMIN, and there is no TUN to bypass
+	if g.pool, err = hbone.NewPool(opts); err != nil {
+		t.Fatal(err)
+	}
+	defer g.pool.Close()
+
+	t.Run("TCP workload dialled directly", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: a direct dial carries the bypass mark (SO_MARK needs CAP_NET_ADMIN)")
+		}
+		direct := newFakeRequest(t, target)
+		g.serveOutbound(direct)
+		if acc, rej := direct.decisions(); acc != 1 || rej != 0 {
+			t.Fatalf("flow to the TCP workload: %d accepts, %d rejects; want 1, 0", acc, rej)
+		}
+		direct.app.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := direct.app.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if err := direct.app.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if back, err := io.ReadAll(direct.app); err != nil || string(back) != "ping" {
+			t.Fatalf("flow to the TCP workload read %q, %v; want the echo and EOF", back, err)
+		}
+	})
+
+	dst := netip.MustParseAddrPort("192.0.2.9:80")
+	viaHBONE := newFakeRequest(t, dst)
+	g.serveOutbound(viaHBONE)
+	if acc, rej := viaHBONE.decisions(); acc != 0 || rej != 1 {
+		t.Fatalf("flow needing HBONE: %d accepts, %d rejects; want 0, 1", acc, rej)
+	}
+	wantIn(t, accessLine(t, logs, dst), "[WARN]", "direction=outbound", "no certificate of ours in force")
+	viaHBONE.app.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := viaHBONE.app.Read(make([]byte, 1)); err == nil || err == io.EOF {
+		t.Errorf("app read after the refusal: %v, want a reset", err)
+	}
+	if st := g.pool.Stats(); st.DialsFailed == 0 {
+		t.Errorf("pool stats %+v: the refused dial is not counted", st)
+	}
+	waitNoFlows(t, &g.flows, outbound)
 }
