@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -275,10 +276,11 @@ func (m *mesh) testGone(t *testing.T) {
 	}
 }
 
-// Istio's CA refuses (as it refuses a token it does not accept), then
-// answers slowly: the old certificate stays in force through both, the
-// refusals are counted as failures and retried, and the slow answer, once
-// it comes, is the next certificate.
+// Istio's CA refuses (the hook answering Unauthenticated; then Istio's
+// own authenticator refusing the token meshtun sends), then answers
+// slowly: the old certificate stays in force throughout, the refusals
+// are counted as failures and retried, and the slow answer, once it
+// comes, is the next certificate.
 func (m *mesh) testCAFaults(t *testing.T) {
 	defer m.caFault.Store(nil)
 	t.Run("refuses", func(t *testing.T) {
@@ -303,6 +305,54 @@ func (m *mesh) testCAFaults(t *testing.T) {
 		m.caFault.Store(nil)
 		renewed := m.waitNewCert(t, old, reconnectTimeout)
 		t.Logf("renewed after the refusals: serial %v → %v", old.SerialNumber, renewed.SerialNumber)
+	})
+	t.Run("token refused by Istio's authenticator", func(t *testing.T) {
+		orig, err := os.ReadFile(m.tokenA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		badFile, err := m.cp.BadToken()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad, err := os.ReadFile(badFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Replaced as kubelet rotates a token: a new file renamed over.
+		swap := func(content []byte) {
+			t.Helper()
+			tmp := m.tokenA + ".new"
+			must(t, os.WriteFile(tmp, content, 0o600))
+			must(t, os.Rename(tmp, m.tokenA))
+		}
+		swap(bad)
+		restored := false
+		defer func() {
+			if !restored {
+				swap(orig)
+			}
+		}()
+		// Read after the swap: no renewal can succeed from here (a call
+		// already past the authenticator aside, which the next read shows).
+		old, err := servedCert(m.topo.B, m.topo.A, 15008)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failures := mustMetric(t, m.topo.A, caFailure)
+		waitMetricAbove(t, m.topo.A, caFailure, failures+1, renewWithin)
+		m.checkOldCertServed(t, old, "token refused")
+		// Istio's own refusal ("request authenticate failure"), not the hook's.
+		line, err := waitLogWith(context.Background(), m.gwA, "renewal failed", "Unauthenticated", "request authenticate failure", m.tokenA)
+		if err != nil {
+			t.Errorf("node A does not log the refused token: %v", err)
+		} else {
+			t.Logf("node A: %s", line)
+		}
+		swap(orig)
+		restored = true
+		renewed := m.waitNewCert(t, old, reconnectTimeout)
+		t.Logf("renewed with the token restored: serial %v → %v", old.SerialNumber, renewed.SerialNumber)
 	})
 	t.Run("slow", func(t *testing.T) {
 		held, release := make(chan struct{}, 8), make(chan struct{})

@@ -83,6 +83,9 @@ type mesh struct {
 	// caFault, if set, answers Istio's CA calls in its place (the CA
 	// fault tests); nil: the CA answers.
 	caFault atomic.Pointer[controlplane.CAHook]
+	// tokenA is node A's token file, which meshtun reads anew on every
+	// call to istiod.
+	tokenA string
 }
 
 // certTTL is the lifetime of the certificates Istio's CA issues in these
@@ -184,6 +187,9 @@ func setup(t *testing.T) *mesh {
 		tok, err := cp.Token(meshNS, n.Name)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n == tp.A {
+			m.tokenA = tok
 		}
 		path := m.writeConfig(t, n, n.Name, tok, "")
 		g := m.start(t, n, path)
