@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,13 +34,17 @@ type Gateway struct {
 	// read them at every new handshake (certs, an hbone.CertSource), so a
 	// swap (SetCertificate; with the files, their watch in Run) reaches
 	// new connections at once and leaves open ones alone. identity is its
-	// SPIFFE ID, set before Run and the same for every certificate of
-	// this node.
+	// SPIFFE ID, set by New (with the mesh on, the one the config names,
+	// config.MeshIdentity) and the same for every certificate of this
+	// node. certIn (hasCertificate) is closed when the first certificate
+	// is in force.
 	certMu   sync.Mutex
 	cert     *tls.Certificate // nil until SetCertificate with the mesh on
 	roots    *x509.CertPool
 	notAfter time.Time // the leaf's expiry
 	identity string
+	certIn   chan struct{}
+	certOnce sync.Once
 
 	// ownPorts are the ports this gateway listens on; inbound streams to
 	// them on one of this host's addresses are refused (a loop).
@@ -97,7 +102,7 @@ func New(cfg *config.Config, log hclog.Logger) (*Gateway, error) {
 
 // NewWithOptions is New with a certificate given rather than loaded.
 // With [mesh] on and none given, the gateway has none until
-// SetCertificate, which must come before Run.
+// SetCertificate, which may come before or during Run.
 func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gateway, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -112,6 +117,9 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 		metrics:   newMetrics(),
 		meshReady: make(chan struct{}),
 		drainSig:  newDrainSignals(),
+		// With the mesh on, the identity the CA is asked for: the only
+		// one SetCertificate takes, known before any certificate is.
+		identity: cfg.MeshIdentity(),
 	}
 	switch {
 	case opts.Certificate != nil:
@@ -119,7 +127,9 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 			return nil, err
 		}
 	case cfg.Mesh.Enabled():
-		// From the mesh's CA, once it answers (SetCertificate).
+		// From the mesh's CA, once it answers (SetCertificate), which
+		// may be after Run: until then HBONE handshakes fail with
+		// hbone.ErrNoCertificate.
 	default:
 		cert, id, err := hbone.LoadKeyPair(cfg.TLS.Cert, cfg.TLS.Key)
 		if err != nil {
@@ -133,6 +143,9 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 			return nil, err
 		}
 		g.cert, g.roots, g.notAfter, g.identity = &cert, roots, cert.Leaf.NotAfter, id
+		g.certMu.Lock()
+		g.certInForceLocked()
+		g.certMu.Unlock()
 	}
 	g.metrics.openFlows = g.flows.open
 	g.metrics.overLimit = g.flows.refusedOverLimit
@@ -177,10 +190,11 @@ func (g *Gateway) bundle(roots *x509.CertPool) (*x509.CertPool, error) {
 
 // SetCertificate gives the gateway its certificate (leaf first, with its
 // key) and the roots peers must chain to (tls.trust_bundle's are added):
-// with [mesh] on, the first one Istio's CA issued, before Run, then each
-// renewal. Its SPIFFE ID must be in gateway.trust_domain and stay the
-// same. New HBONE connections, both ways, use it from the next handshake;
-// open ones keep theirs.
+// with [mesh] on, the first one Istio's CA issued (before or while Run
+// runs), then each renewal. Its SPIFFE ID must be in gateway.trust_domain
+// and be the gateway's (config.MeshIdentity with the mesh on). New HBONE
+// connections, both ways, use it from the next handshake; open ones keep
+// theirs.
 func (g *Gateway) SetCertificate(cert tls.Certificate, roots *x509.CertPool) error {
 	roots, err := g.bundle(roots)
 	if err != nil {
@@ -214,12 +228,35 @@ func (g *Gateway) installCertificate(cert *tls.Certificate, roots *x509.CertPool
 	switch g.identity {
 	case id:
 	case "":
-		g.identity = id // once, before Run: read without the lock afterwards
+		g.identity = id // once, in New (Options.Certificate): read without the lock afterwards
 	default:
 		return fmt.Errorf("gateway: certificate: identity %s, but this gateway is %s", id, g.identity)
 	}
 	g.cert, g.roots, g.notAfter = cert, roots, leaf.NotAfter
+	g.certInForceLocked()
 	return nil
+}
+
+// certInLocked is the channel closed once the first certificate is in
+// force (made on first use).
+func (g *Gateway) certInLocked() chan struct{} {
+	if g.certIn == nil {
+		g.certIn = make(chan struct{})
+	}
+	return g.certIn
+}
+
+// certInForceLocked closes certIn, once.
+func (g *Gateway) certInForceLocked() {
+	ch := g.certInLocked()
+	g.certOnce.Do(func() { close(ch) })
+}
+
+// hasCertificate is closed once the first certificate is in force.
+func (g *Gateway) hasCertificate() <-chan struct{} {
+	g.certMu.Lock()
+	defer g.certMu.Unlock()
+	return g.certInLocked()
 }
 
 // AttachMesh tells the gateway of the mesh's clients, for its metrics
@@ -231,16 +268,6 @@ func (g *Gateway) AttachMesh(ca *mesh.CertManager, xds *mesh.XDSClient) {
 	if xds != nil {
 		g.metrics.xds.Store(xds)
 	}
-}
-
-// certificate is the certificate and roots in force for new HBONE
-// connections; ok is false while there is none.
-func (g *Gateway) certificate() (cert tls.Certificate, roots *x509.CertPool, ok bool) {
-	c, roots, _ := g.certs().Current()
-	if c == nil {
-		return tls.Certificate{}, nil, false
-	}
-	return *c, roots, true
 }
 
 // certs is the gateway as HBONE's certificate source.
@@ -267,8 +294,8 @@ func (g *Gateway) Router() *Router { return g.snapshot().router }
 // readiness starts answering 200): the moment to tell a service manager.
 func (g *Gateway) Ready() <-chan struct{} { return g.readyCh }
 
-// Identity is the SPIFFE ID this gateway presents ("" with the mesh on
-// until SetCertificate, which comes before Run).
+// Identity is the SPIFFE ID this gateway presents (with the mesh on, the
+// one it asks Istio's CA for, even before the first certificate).
 func (g *Gateway) Identity() string { return g.identity }
 
 // Run starts the gateway and blocks until ctx is cancelled, then drains
@@ -290,9 +317,6 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 	}()
 	closers = append(closers, g.flows.wait)
 	g.loadOwnAddrs()
-	if _, _, ok := g.certificate(); !ok {
-		return errors.New("gateway: no certificate yet (with [mesh] on, SetCertificate comes before Run)")
-	}
 	if !g.cfg.Mesh.Enabled() {
 		// tls.cert, tls.key and tls.trust_bundle are watched: a changed
 		// set that loads is put in force, a broken one is refused and the
@@ -420,14 +444,18 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
 	}
 	if g.cfg.Mesh.Enabled() {
-		// Serving what the file gives meanwhile; ready once the mesh's
-		// state is complete (its certificate is already here).
-		select {
-		case <-g.meshReady:
-		default:
-			g.log.Info("serving the file's entries; waiting for istiod's first complete xDS push before reporting ready", "xds", g.cfg.Mesh.XDSAddress)
+		// Serving what the file gives meanwhile (plain TCP entries;
+		// HBONE handshakes fail with hbone.ErrNoCertificate until the
+		// CA's first certificate is in); ready once both the certificate
+		// and the mesh's complete state are here (notReady says which
+		// is missing).
+		if g.notReady() != "" {
+			g.log.Info("serving the file's entries; waiting for istiod (the CA's first certificate and the first complete xDS push) before reporting ready",
+				"xds", g.cfg.Mesh.XDSAddress, "ca", g.cfg.Mesh.CAAddress)
+		}
+		for _, ch := range []<-chan struct{}{g.hasCertificate(), g.meshReady} {
 			select {
-			case <-g.meshReady:
+			case <-ch:
 			case <-ctx.Done():
 				g.drain()
 				return nil
@@ -511,12 +539,45 @@ func (g *Gateway) readinessHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz/ready", func(w http.ResponseWriter, r *http.Request) {
 		if !g.ready.Load() || g.draining.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			reason := g.notReady()
+			if reason == "" {
+				reason = "starting"
+			}
+			http.Error(w, "not ready: "+reason, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))
 	})
 	return mux
+}
+
+// notReady says what the gateway still waits for before it is ready, ""
+// when nothing (Run may still be starting, or already draining).
+func (g *Gateway) notReady() string {
+	if g.draining.Load() {
+		return "draining"
+	}
+	if !g.cfg.Mesh.Enabled() {
+		return ""
+	}
+	var waits []string
+	select {
+	case <-g.hasCertificate():
+	default:
+		w := "waiting for istiod: no certificate from Istio's CA yet"
+		if ca := g.metrics.ca.Load(); ca != nil {
+			if e := ca.Stats().LastError; e != "" {
+				w += " (last error: " + e + ")"
+			}
+		}
+		waits = append(waits, w)
+	}
+	select {
+	case <-g.meshReady:
+	default:
+		waits = append(waits, "waiting for istiod's first complete xDS push")
+	}
+	return strings.Join(waits, "; ")
 }
 
 // loadOwnAddrs records the host's addresses, for the loop check of

@@ -2,9 +2,14 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +22,7 @@ import (
 	"istio.io/istio/pkg/workloadapi/security"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
 	"github.com/meshtun/meshtun/mesh"
 )
@@ -278,8 +284,11 @@ func meshOnConfig() *config.Config {
 	return cfg
 }
 
-// With [mesh] on the gateway takes the CA's certificate, serves at once
-// and reports ready only after the first complete xDS state.
+// With [mesh] on the gateway runs before the CA's first certificate:
+// its listeners are up, HBONE handshakes fail cleanly (no certificate of
+// ours), readiness says what it waits for; the certificate, once given,
+// is used from the next handshake, and the gateway is ready once the
+// xDS state is complete too.
 func TestRunWaitsForMesh(t *testing.T) {
 	ca, err := devca.New("cluster.local")
 	if err != nil {
@@ -289,26 +298,72 @@ func TestRunWaitsForMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	client, err := ca.KeyPair("spiffe://cluster.local/ns/meshtun/sa/client")
+	if err != nil {
+		t.Fatal(err)
+	}
 	logs := &syncBuffer{}
 	log := hclog.New(&hclog.LoggerOptions{Output: io.MultiWriter(logs, testWriter{t}), Level: hclog.Info})
 	cfg := meshOnConfig()
+	// A port picked by the kernel and released: Run listens on it again.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hboneAddr := ln.Addr().String()
+	ln.Close()
+	cfg.HBONE.Listen = hboneAddr
 
-	// No certificate yet: Run refuses to start.
 	g, err := New(cfg, log)
 	if err != nil {
 		t.Fatalf("New with the mesh on and no certificate: %v", err)
 	}
-	if err := g.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "no certificate") {
-		t.Fatalf("Run without a certificate: %v", err)
+	if g.Identity() != reloadServerID {
+		t.Errorf("Identity before any certificate = %q, want the config's %s", g.Identity(), reloadServerID)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(logs.lines("waiting for istiod")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not say it waits for istiod")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log for a bounded time
+	}
+	readiness := func() (int, string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		g.readinessHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz/ready", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := readiness(); code != http.StatusServiceUnavailable ||
+		!strings.Contains(body, "no certificate from Istio's CA yet") || !strings.Contains(body, "first complete xDS push") {
+		t.Errorf("readiness before the certificate: %d %q", code, body)
+	}
+	handshake := func() error {
+		t.Helper()
+		conf := &tls.Config{Certificates: []tls.Certificate{client}, RootCAs: ca.Pool(), NextProtos: []string{"h2"},
+			InsecureSkipVerify: true} // SPIFFE leaves have no DNS name; only whether a handshake completes matters here
+		d := &net.Dialer{Timeout: 10 * time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", hboneAddr, conf)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	}
+	if err := handshake(); err == nil {
+		t.Error("an HBONE handshake succeeded before the gateway had a certificate")
+	}
+	// The server logs after its side of the handshake has failed, which
+	// may be after the client saw the alert: polled, bounded.
+	for deadline := time.Now().Add(10 * time.Second); len(logs.lines("we hold no certificate")) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused handshake was not logged")
+		}
 	}
 
-	g, err = NewWithOptions(cfg, log, Options{Certificate: &cert, Roots: ca.Pool()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Identity() != reloadServerID {
-		t.Errorf("Identity = %q", g.Identity())
-	}
 	other, err := ca.KeyPair("spiffe://cluster.local/ns/meshtun/sa/someone-else")
 	if err != nil {
 		t.Fatal(err)
@@ -316,16 +371,14 @@ func TestRunWaitsForMesh(t *testing.T) {
 	if err := g.SetCertificate(other, ca.Pool()); err == nil {
 		t.Error("SetCertificate took a certificate of another identity")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(logs.lines("waiting for istiod's first complete xDS push")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("Run did not say it waits for the mesh")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the log for a bounded time
+	if err := g.SetCertificate(cert, ca.Pool()); err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(); err != nil {
+		t.Errorf("HBONE handshake after SetCertificate: %v", err)
+	}
+	if code, body := readiness(); code != http.StatusServiceUnavailable || strings.Contains(body, "certificate") || !strings.Contains(body, "xDS push") {
+		t.Errorf("readiness with the certificate, before the xDS state: %d %q", code, body)
 	}
 	g.ApplyMesh(mesh.State{}) // not complete yet
 	select {
@@ -338,6 +391,9 @@ func TestRunWaitsForMesh(t *testing.T) {
 	case <-g.Ready():
 	case <-time.After(10 * time.Second):
 		t.Fatal("not ready 10s after a complete xDS state")
+	}
+	if code, body := readiness(); code != http.StatusOK {
+		t.Errorf("readiness when ready: %d %q", code, body)
 	}
 	cancel()
 	select {
@@ -517,4 +573,85 @@ func TestConvertedPolicyDecidesAsIstio(t *testing.T) {
 			t.Errorf("%s: %d of %d allowed: the cases do not tell", a.Name, allowed, len(conns))
 		}
 	}
+}
+
+// With [mesh] on and no certificate yet, the gateway serves what the file
+// gives that needs none: a flow to a protocol TCP workload is dialled
+// directly and relayed, while one that needs HBONE (a peer of the file)
+// gets a RST, logged with the reason, without any dial.
+func TestOutboundBeforeMeshCertificate(t *testing.T) {
+	target := echo(t)
+	text := fmt.Sprintf(`version = 1
+[gateway]
+name = "node-a"
+[hbone]
+listen = ""
+[mesh]
+xds_address = "istiod.istio-system.svc:15012"
+namespace = "meshtun"
+service_account = "node-a"
+[[workloads]]
+name = "legacy"
+namespace = "default"
+addresses = [%q]
+protocol = "TCP"
+[[peers]]
+name = "node-b"
+cidrs = ["192.0.2.0/24"]
+address = "127.0.0.1:15008"
+identity = %q
+`, target.Addr(), reloadServerID)
+	cfg, err := config.Parse([]byte(text), "gateway-a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := hclog.New(&hclog.LoggerOptions{Output: io.MultiWriter(logs, testWriter{t}), Level: hclog.Info})
+	g, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := g.poolOptions()
+	opts.Control = nil // the bypass mark needs CAP_NET_ADMIN, and there is no TUN to bypass
+	if g.pool, err = hbone.NewPool(opts); err != nil {
+		t.Fatal(err)
+	}
+	defer g.pool.Close()
+
+	t.Run("TCP workload dialled directly", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: a direct dial carries the bypass mark (SO_MARK needs CAP_NET_ADMIN)")
+		}
+		direct := newFakeRequest(t, target)
+		g.serveOutbound(direct)
+		if acc, rej := direct.decisions(); acc != 1 || rej != 0 {
+			t.Fatalf("flow to the TCP workload: %d accepts, %d rejects; want 1, 0", acc, rej)
+		}
+		direct.app.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := direct.app.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if err := direct.app.CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if back, err := io.ReadAll(direct.app); err != nil || string(back) != "ping" {
+			t.Fatalf("flow to the TCP workload read %q, %v; want the echo and EOF", back, err)
+		}
+	})
+
+	dst := netip.MustParseAddrPort("192.0.2.9:80")
+	viaHBONE := newFakeRequest(t, dst)
+	g.serveOutbound(viaHBONE)
+	if acc, rej := viaHBONE.decisions(); acc != 0 || rej != 1 {
+		t.Fatalf("flow needing HBONE: %d accepts, %d rejects; want 0, 1", acc, rej)
+	}
+	wantIn(t, accessLine(t, logs, dst), "[WARN]", "direction=outbound", "no certificate of ours in force")
+	viaHBONE.app.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := viaHBONE.app.Read(make([]byte, 1)); err == nil || err == io.EOF {
+		t.Errorf("app read after the refusal: %v, want a reset", err)
+	}
+	if st := g.pool.Stats(); st.DialsFailed == 0 {
+		t.Errorf("pool stats %+v: the refused dial is not counted", st)
+	}
+	waitNoFlows(t, &g.flows, outbound)
 }

@@ -26,10 +26,11 @@ const (
 	// DefaultCertTTL is the validity asked of the CA, Istio's default
 	// workload certificate lifetime.
 	DefaultCertTTL = 24 * time.Hour
-	// caCallTimeout bounds one CreateCertificate call, so a CA that accepts
-	// the call and never answers turns into a failure to retry rather than a
-	// renewal loop stuck for good. Istio's CA signs in milliseconds.
-	caCallTimeout = 30 * time.Second
+	// DefaultCACallTimeout bounds one CreateCertificate call, so a CA that
+	// accepts the call and never answers turns into a failure to retry
+	// rather than a renewal loop stuck for good. Istio's CA signs in
+	// milliseconds.
+	DefaultCACallTimeout = 30 * time.Second
 )
 
 // CAOptions configure a CAClient and a CertManager.
@@ -47,6 +48,9 @@ type CAOptions struct {
 	// MinBackoff and MaxBackoff bound the CertManager's retry delays after a
 	// failed request (defaults 100 ms and 30 s).
 	MinBackoff, MaxBackoff time.Duration
+	// CallTimeout bounds one CreateCertificate call; one that runs out is
+	// a failed request. Default DefaultCACallTimeout.
+	CallTimeout time.Duration
 	// Logger receives the CertManager's log lines; nil discards them.
 	Logger Logger
 }
@@ -74,6 +78,7 @@ type CAClient struct {
 	client   pb.IstioCertificateServiceClient
 	identity string
 	ttl      time.Duration
+	timeout  time.Duration // of one call
 
 	closeOnce sync.Once
 	closeErr  error
@@ -95,6 +100,7 @@ func NewCAClient(opts CAOptions) (*CAClient, error) {
 		client:   pb.NewIstioCertificateServiceClient(conn),
 		identity: opts.identity(),
 		ttl:      opts.CertTTL,
+		timeout:  opts.CallTimeout,
 	}, nil
 }
 
@@ -120,6 +126,12 @@ func (o *CAOptions) check() error {
 	}
 	if o.CertTTL < time.Second {
 		return fmt.Errorf("ca: cert ttl %v is shorter than a second", o.CertTTL)
+	}
+	if o.CallTimeout < 0 {
+		return fmt.Errorf("ca: call timeout %v is negative", o.CallTimeout)
+	}
+	if o.CallTimeout == 0 {
+		o.CallTimeout = DefaultCACallTimeout
 	}
 	return nil
 }
@@ -155,7 +167,7 @@ func (c *CAClient) Fetch(ctx context.Context) (*Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ca: create csr: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, caCallTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.client.CreateCertificate(ctx, &pb.IstioCertificateRequest{
 		Csr:              string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),

@@ -59,6 +59,8 @@ type fakeCA struct {
 	chain func(leaf *x509.Certificate) []string
 	// edit, when set, changes the leaf's template before signing.
 	edit func(*x509.Certificate)
+	// hang, when set, holds every call until the caller gives up.
+	hang bool
 }
 
 func (f *fakeCA) setFail(err error) {
@@ -71,7 +73,7 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 	md, _ := metadata.FromIncomingContext(ctx)
 	call := caCall{at: time.Now(), authorization: md.Get("authorization"), clusterID: md.Get("clusterid"), ttl: req.GetValidityDuration()}
 	f.mu.Lock()
-	fail, chainFn, edit := f.fail, f.chain, f.edit
+	fail, chainFn, edit, hang := f.fail, f.chain, f.edit, f.hang
 	f.mu.Unlock()
 	record := func() {
 		select {
@@ -94,6 +96,12 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *pb.IstioCertificate
 		return nil, status.Errorf(codes.InvalidArgument, "csr: %v", err)
 	}
 	call.csr = csr
+	if hang {
+		call.failed = true
+		record()
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if fail != nil {
 		call.failed = true
 		record()
@@ -697,5 +705,69 @@ func TestCARefusedTokenNamesTheFile(t *testing.T) {
 	_, err := c.Fetch(ctx)
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "refused the token in "+opts.ControlPlane.TokenFile) {
 		t.Fatalf("Fetch with a refused token = %v, want Unauthenticated naming %s", err, opts.ControlPlane.TokenFile)
+	}
+}
+
+// A CA that takes the call and never answers: each call ends at
+// CallTimeout as a failed request, retried with backoff, and the
+// certificate in force stays; once the CA answers again, the next one is
+// issued.
+func TestCertManagerCACallTimesOut(t *testing.T) {
+	noLeaks(t)
+	p := newTestPKI(t)
+	ca, addr := startCA(t, p)
+	opts := testCAOptions(t, p, addr)
+	opts.CertTTL = 4 * time.Second
+	opts.CallTimeout = 100 * time.Millisecond
+	opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 80*time.Millisecond
+	m := newTestCertManager(t, opts)
+	updates, cancel := m.Subscribe()
+	defer cancel()
+	m.Start()
+	waitSignal(t, updates, "first certificate")
+	first := ca.next(t)
+	ca.mu.Lock()
+	ca.hang = true
+	ca.mu.Unlock()
+
+	for i := range 3 {
+		if call := ca.next(t); !call.failed {
+			t.Fatalf("call %d was answered", i)
+		}
+	}
+	ca.next(t) // the third has ended as a failure once the fourth comes
+	s := m.Stats()
+	if s.RenewalFailures < 3 || !strings.Contains(s.LastError, "DeadlineExceeded") {
+		t.Errorf("stats after calls that ran out: %+v", s)
+	}
+	if cert, _, _ := m.Current(); time.Now().Before(first.leaf.NotAfter) &&
+		(cert == nil || cert.Leaf.SerialNumber.Cmp(first.leaf.SerialNumber) != 0) {
+		t.Fatal("calls that ran out changed the certificate in force")
+	}
+
+	ca.mu.Lock()
+	ca.hang = false
+	ca.mu.Unlock()
+	var renewed caCall
+	for range 64 {
+		if renewed = ca.next(t); !renewed.failed {
+			break
+		}
+	}
+	if renewed.failed {
+		t.Fatal("the CA answered again but every call failed")
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		if cert, _, _ := m.Current(); cert != nil && cert.Leaf.SerialNumber.Cmp(renewed.leaf.SerialNumber) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the certificate the CA issued after the timeouts is not in force")
+		}
+		select {
+		case <-updates:
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

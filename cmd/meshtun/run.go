@@ -131,15 +131,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	}()
 	log.Info("starting", "config", *path, "name", cfg.Gateway.Name)
 	if cfg.Mesh.Enabled() {
-		// The certificate first: the gateway's HBONE client and server
-		// are built with it. xDS runs meanwhile; readiness waits for its
-		// first complete push (Gateway.Run).
-		m, err := startMesh(ctx, cfg, g, log)
+		// The gateway runs at once, istiod reachable or not: it serves
+		// what the file gives, and its HBONE handshakes fail cleanly
+		// until the CA's first certificate is in. Readiness (and
+		// READY=1) waits for that certificate and xDS's first complete
+		// push (Gateway.Run).
+		m, err := startMesh(cfg, g, log)
 		if err != nil {
-			if ctx.Err() != nil {
-				log.Info("stopped before the mesh's first certificate")
-				return nil
-			}
 			return err
 		}
 		defer m.Close()
@@ -325,8 +323,9 @@ func newLogger(cfg *config.Config, w io.Writer) hclog.Logger {
 
 // meshWaitLog is how often `run` says it is still waiting for the first
 // certificate: often enough to be seen while someone looks at a starting
-// node, rarely enough not to flood a log while istiod is down for long.
-const meshWaitLog = 10 * time.Second
+// node, rarely enough not to flood a log while istiod is down for long
+// (the CertManager also logs each failed request, at its backoff).
+const meshWaitLog = 30 * time.Second
 
 // meshNode is this node as istiod sees it, from [gateway] and [mesh]:
 // NAME = gateway.name, NAMESPACE and SERVICE_ACCOUNT = mesh.namespace and
@@ -357,7 +356,7 @@ func meshNode(cfg *config.Config, hostAddrs func() ([]netip.Addr, error)) (mesh.
 }
 
 // meshClients are the mesh's CA and xDS clients of one run, and the
-// goroutine that hands renewed certificates to the gateway (watch).
+// goroutine that hands each certificate to the gateway (watch).
 type meshClients struct {
 	ca      *mesh.CertManager
 	xds     *mesh.XDSClient
@@ -374,22 +373,45 @@ func (m *meshClients) Close() {
 	}
 }
 
-// watch gives g each certificate the CertManager renews: HBONE's client
-// and server take it from their next handshake; open connections keep
-// theirs.
-func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger) {
+// watch gives g each certificate the CertManager issues, the first and
+// each renewal: HBONE's client and server take it from their next
+// handshake; open connections keep theirs. Until the first, it says
+// every interval (meshWaitLog) that it is still waiting and why. It
+// subscribes before it returns, so call it before m.ca.Start.
+func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger, caAddr string, every time.Duration) {
 	changed, _ := m.ca.Subscribe() // closed by m.ca.Close
 	m.watched = make(chan struct{})
 	go func() {
 		defer close(m.watched)
-		for range changed {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		first := true
+		for {
+			select {
+			case _, ok := <-changed:
+				if !ok {
+					return
+				}
+			case <-tick.C:
+				if first {
+					log.Warn("mesh: still waiting for istiod: no certificate from Istio's CA yet; serving the file's entries",
+						"ca", caAddr, "last_error", m.ca.Stats().LastError)
+				}
+				continue
+			}
 			cert, roots, expiry := m.ca.Current()
 			if cert == nil {
 				log.Error("mesh: the certificate has expired and the CA has not issued a new one: new HBONE connections fail")
 				continue
 			}
 			if err := g.SetCertificate(*cert, roots); err != nil {
-				log.Error("mesh: renewed certificate refused", "error", err)
+				log.Error("mesh: certificate from Istio's CA refused", "error", err)
+				continue
+			}
+			if first {
+				first = false
+				tick.Stop()
+				log.Info("mesh: certificate from Istio's CA; HBONE is on", "identity", m.ca.Identity(), "expiry", expiry)
 				continue
 			}
 			log.Info("mesh: certificate renewed; new HBONE connections use it", "expiry", expiry)
@@ -399,11 +421,11 @@ func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger) {
 
 // startMesh starts the CA and xDS clients of [mesh] for g: each xDS update
 // is converted (mesh.Convert) and applied (Gateway.ApplyMesh); a resource
-// the conversion refuses is NACKed (mesh.Validate). It returns once the
-// CA has issued the first certificate and g holds it, or with an error
-// when ctx ends first; meanwhile it logs what it is waiting for. The
-// caller closes the clients.
-func startMesh(ctx context.Context, cfg *config.Config, g *gateway.Gateway, log hclog.Logger) (*meshClients, error) {
+// the conversion refuses is NACKed (mesh.Validate); each certificate the
+// CA issues is given to g (watch). It returns at once, istiod reachable or
+// not: the clients retry with backoff, and g serves meanwhile. The caller
+// closes the clients.
+func startMesh(cfg *config.Config, g *gateway.Gateway, log hclog.Logger) (*meshClients, error) {
 	node, err := meshNode(cfg, mesh.HostAddresses)
 	if err != nil {
 		return nil, err
@@ -446,34 +468,10 @@ func startMesh(ctx context.Context, cfg *config.Config, g *gateway.Gateway, log 
 	}
 	m := &meshClients{ca: ca, xds: xds}
 	g.AttachMesh(ca, xds)
+	m.watch(g, log, caCP.Address, meshWaitLog)
 	ca.Start()
 	xds.Start()
-	log.Info("mesh: joining", "xds", cp.Address, "ca", caCP.Address, "identity", ca.Identity(), "node_id", xds.NodeID())
-
-	tick := time.NewTicker(meshWaitLog)
-	defer tick.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-ca.Ready():
-			waiting = false
-		case <-ctx.Done():
-			m.Close()
-			return nil, fmt.Errorf("mesh: stopped while waiting for the first certificate: %w", ctx.Err())
-		case <-tick.C:
-			st := ca.Stats()
-			log.Warn("mesh: still waiting for the first certificate from Istio's CA", "ca", caCP.Address, "last_error", st.LastError)
-		}
-	}
-	cert, roots, expiry := ca.Current()
-	if cert == nil {
-		m.Close()
-		return nil, errors.New("mesh: the CA's first certificate has already expired")
-	}
-	if err := g.SetCertificate(*cert, roots); err != nil {
-		m.Close()
-		return nil, err
-	}
-	log.Info("mesh: certificate from Istio's CA", "identity", ca.Identity(), "expiry", expiry)
-	m.watch(g, log)
+	log.Info("mesh: joining; waiting for istiod (the gateway serves the file's entries meanwhile)",
+		"xds", cp.Address, "ca", caCP.Address, "identity", ca.Identity(), "node_id", xds.NodeID())
 	return m, nil
 }

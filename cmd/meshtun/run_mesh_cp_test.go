@@ -208,13 +208,16 @@ instance_ips = ["127.0.0.1"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	m, err := startMesh(ctx, cfg, g, log)
+	m, err := startMesh(cfg, g, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(m.Close)
+	select {
+	case <-m.ca.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no certificate from the fake CA within 20s: %+v", m.ca.Stats())
+	}
 	return g, m
 }
 

@@ -16,6 +16,7 @@
 package controlplane
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -24,11 +25,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	pb "istio.io/api/security/v1alpha1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"istio.io/istio/pilot/pkg/features"
@@ -120,6 +123,8 @@ type ControlPlane struct {
 	dir      string
 	ownDir   bool
 	tokens   *tokens
+
+	caHook atomic.Pointer[CAHook]
 
 	mu        sync.Mutex
 	addr      string
@@ -320,7 +325,7 @@ func (c *ControlPlane) serveLocked() error {
 	}
 	c.addr = lis.Addr().String()
 	opts := istiogrpc.ServerOptions(keepalive.DefaultOption(), istioxds.RecordRecvSize)
-	opts = append(opts, grpc.Creds(credentials.NewTLS(c.tls)))
+	opts = append(opts, grpc.Creds(credentials.NewTLS(c.tls)), grpc.ChainUnaryInterceptor(c.interceptCA))
 	server := grpc.NewServer(opts...)
 	c.fake.Discovery.Register(server)
 	c.caServer.Register(server)
@@ -344,6 +349,52 @@ func (c *ControlPlane) stopLocked() {
 	c.server.Stop()
 	<-c.serveDone
 	c.server, c.serveDone = nil, nil
+}
+
+// CAHook sees each CreateCertificate call before Istio's CA does, for
+// fault tests: it may change the request (a shorter ValidityDuration: a CA
+// that issues for less than asked), hold it (a slow CA; ctx ends with the
+// call) or refuse it (a non-nil error is the call's answer; a gRPC status
+// keeps its code).
+type CAHook func(ctx context.Context, req *pb.IstioCertificateRequest) error
+
+// SetCAHook puts h (nil: none) in front of Istio's CA for the calls that
+// arrive from now on.
+func (c *ControlPlane) SetCAHook(h CAHook) {
+	if h == nil {
+		c.caHook.Store(nil)
+		return
+	}
+	c.caHook.Store(&h)
+}
+
+// interceptCA runs the CAHook, if any, before a CreateCertificate call.
+func (c *ControlPlane) interceptCA(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if h := c.caHook.Load(); h != nil {
+		if r, ok := req.(*pb.IstioCertificateRequest); ok {
+			if err := (*h)(ctx, r); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return next(ctx, req)
+}
+
+// NACKs returns, for each connected xDS client (by its connection id: the
+// proxy id and a counter) that NACKed a response of typeURL, the reason it
+// gave last: what istiod keeps of a NACK.
+func (c *ControlPlane) NACKs(typeURL string) map[string]string {
+	out := map[string]string{}
+	for _, con := range c.fake.Discovery.AllClients() {
+		p := con.Proxy()
+		if p == nil {
+			continue
+		}
+		if wr := p.GetWatchedResource(typeURL); wr != nil && wr.LastError != "" {
+			out[con.ID()] = wr.LastError
+		}
+	}
+	return out
 }
 
 // Addr is the address the control plane serves on ("127.0.0.1:port").

@@ -50,7 +50,11 @@ func TestMeshtunInIstio(t *testing.T) {
 	t.Run("traffic both ways", m.testTraffic)
 	t.Run("pod recreated with a new IP", m.testPodChange)
 	t.Run("deny policy", m.testDeny)
+	t.Run("malformed resource NACKed", m.testNACK)
 	t.Run("istiod restarted", m.testRestart)
+	t.Run("istiod gone, certificate kept", m.testGone)
+	t.Run("CA refuses or is slow", m.testCAFaults)
+	t.Run("istiod unreachable at start", m.testUnreachableAtStart)
 	t.Run("bad token", m.testBadToken)
 }
 
@@ -629,6 +633,10 @@ func (m *mesh) testBadToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := m.writeConfig(t, m.topo.B, "node-c", tok, "-bad")
+	// In node B's gateway's place (writeConfig): the last subtest.
+	if err := m.gwB.Stop(15 * time.Second); err != nil {
+		t.Fatalf("stop node B's gateway: %v", err)
+	}
 	g := m.start(t, m.topo.B, path)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -658,7 +666,7 @@ func (m *mesh) testBadToken(t *testing.T) {
 		t.Fatalf("meshtun exited with a bad token:\n%s", strings.Join(g.Logs(), "\n"))
 	default:
 	}
-	if b, err := get(m.topo.B, "127.0.0.1:15121", "/healthz/ready"); err == nil {
+	if b, err := get(m.topo.B, readinessAddr, "/healthz/ready"); err == nil {
 		t.Errorf("meshtun with a bad token reports ready: %s", b)
 	}
 }

@@ -20,8 +20,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	pb "istio.io/api/security/v1alpha1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -77,6 +80,31 @@ type mesh struct {
 	cp       *controlplane.ControlPlane
 	bin, dir string
 	gwA, gwB *topo.Gateway
+	// caFault, if set, answers Istio's CA calls in its place (the CA
+	// fault tests); nil: the CA answers.
+	caFault atomic.Pointer[controlplane.CAHook]
+	// tokenA is node A's token file, which meshtun reads anew on every
+	// call to istiod.
+	tokenA string
+}
+
+// certTTL is the lifetime of the certificates Istio's CA issues in these
+// tests, whatever meshtun asks for (mesh.cert_ttl cannot go below 10
+// minutes): each node renews every 13-17 s, so the CA fault tests see
+// renewals within seconds, and a renewal that fails leaves the old
+// certificate in force for that long again.
+const certTTL = 30 * time.Second
+
+// caHook shortens what every CSR asks for to certTTL, then runs the
+// fault in force, if any.
+func (m *mesh) caHook(ctx context.Context, req *pb.IstioCertificateRequest) error {
+	if ttl := int64(certTTL / time.Second); req.ValidityDuration == 0 || req.ValidityDuration > ttl {
+		req.ValidityDuration = ttl
+	}
+	if f := m.caFault.Load(); f != nil {
+		return (*f)(ctx, req)
+	}
+	return nil
 }
 
 func workloadEntryName(n *topo.Node) string { return n.Name } // node-a, node-b
@@ -133,6 +161,7 @@ func setup(t *testing.T) *mesh {
 	}
 	t.Cleanup(cp.Close)
 	m.cp = cp
+	cp.SetCAHook(m.caHook)
 
 	must(t, cp.ApplyNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: meshNS}}))
 	for _, n := range []*topo.Node{tp.A, tp.B} {
@@ -158,6 +187,9 @@ func setup(t *testing.T) *mesh {
 		tok, err := cp.Token(meshNS, n.Name)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if n == tp.A {
+			m.tokenA = tok
 		}
 		path := m.writeConfig(t, n, n.Name, tok, "")
 		g := m.start(t, n, path)
@@ -192,15 +224,14 @@ func serviceKey(name string) string { return meshNS + "/" + name + "." + meshNS 
 
 // writeConfig writes node n's gateway.toml with [mesh] for service
 // account sa and token file tok. A variant ("" for the node's own
-// gateway) names a second gateway in the same node, with a TUN, HBONE
-// and admin ports of its own. It returns the path, checked by
-// `meshtun validate`.
+// gateway) names another gateway of the node, in a file of its own, with
+// the same device and ports: it runs in the node's gateway's place, never
+// beside it (two gateways in one network namespace would install the
+// same capture rule, tun.RulePriority, and the second is refused). It
+// returns the path, checked by `meshtun validate`.
 func (m *mesh) writeConfig(t *testing.T, n *topo.Node, sa, tok, variant string) string {
 	t.Helper()
 	tunName, hboneListen, admin, metrics, ready := "meshtun0", "0.0.0.0:15008", adminAddr, metricsAddr, readinessAddr
-	if variant != "" { // a second gateway beside a node's own
-		tunName, hboneListen, admin, metrics, ready = "meshtun9", "0.0.0.0:15009", "127.0.0.1:15100", "127.0.0.1:15120", "127.0.0.1:15121"
-	}
 	text := fmt.Sprintf(`version = 1
 [gateway]
 name = %q
