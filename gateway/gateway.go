@@ -413,7 +413,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			select {
 			case <-g.meshReady:
 			case <-ctx.Done():
-				g.drain()
+				g.drain(stack)
 				return nil
 			case err := <-serveErr:
 				return fmt.Errorf("gateway: hbone server stopped: %w", err)
@@ -430,7 +430,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		g.ready.Store(false)
 		return fmt.Errorf("gateway: hbone server stopped: %w", err)
 	}
-	g.drain()
+	g.drain(stack)
 	return nil
 }
 
@@ -451,9 +451,14 @@ func (g *Gateway) poolOptions() hbone.PoolOptions {
 }
 
 // drain refuses new flows, sends GOAWAY to HBONE peers and gives open
-// flows the drain timeout to finish. Run's deferred closers then end
-// whatever is left.
-func (g *Gateway) drain() {
+// flows the drain timeout to finish, and then the flows that ended the
+// rest of it to deliver their last bytes: a flow ends in the gateway when
+// its relay has written everything into the netstack Conn, and the
+// stack's Close aborts every connection, so bytes not yet acknowledged by
+// the client (the end of a reply, the FIN) would be lost and the client
+// would read a RST instead (stack may be nil: no TUN). Run's deferred
+// closers then end whatever is left.
+func (g *Gateway) drain(stack *netstack.Stack) {
 	timeout := g.snapshot().cfg.Gateway.DrainTimeout.Duration
 	g.log.Info("draining", "timeout", timeout)
 	g.ready.Store(false)
@@ -467,10 +472,17 @@ func (g *Gateway) drain() {
 	}
 	select {
 	case <-g.flows.idleCh():
-		g.log.Info("drained")
 	case <-ctx.Done():
 		g.log.Warn("drain timeout: closing the flows still open")
+		return
 	}
+	if stack != nil {
+		if err := stack.WaitDelivered(ctx); err != nil {
+			g.log.Warn("drain timeout: closing flows whose last bytes the client has not acknowledged", "error", err)
+			return
+		}
+	}
+	g.log.Info("drained")
 }
 
 func (g *Gateway) readinessHandler() http.Handler {
