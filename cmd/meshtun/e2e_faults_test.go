@@ -205,11 +205,11 @@ func TestEndToEndFaults(t *testing.T) {
 	t.Run("peer killed mid-transfer", func(t *testing.T) {
 		pidA := f.gwA.PID()
 		_, res := f.startGated(t, target, 64<<20, 1<<20)
+		start := time.Now()
 		if err := f.gwB.Kill(); err != nil {
 			t.Fatal(err)
 		}
 		f.killed[f.gwB] = true
-		start := time.Now()
 		err := waitResult(t, res, peerResetBound, "the flow through the killed peer")
 		if err == nil || !isReset(err) {
 			t.Fatalf("the flow through the killed peer ended with %v, want a reset", err)
@@ -340,9 +340,9 @@ func TestEndToEndFaults(t *testing.T) {
 	})
 
 	// Load: 4 concurrent transfers of 2 MiB each way while node B drops
-	// 3 % of the TCP packets on its veth, both directions. Pass: every
-	// transfer completes with both hashes right, and the rules did drop
-	// packets.
+	// 3 % of the TCP packets on its veth, both directions, in segments of
+	// one MTU. Pass: every transfer completes with both hashes right, and
+	// the rules did drop packets.
 	t.Run("packet loss between the nodes", func(t *testing.T) {
 		if err := topo.LossAvailable(); err != nil {
 			if os.Getenv("MESHTUN_REQUIRE_INTEROP") == "1" {
@@ -350,7 +350,7 @@ func TestEndToEndFaults(t *testing.T) {
 			}
 			t.Skip(err)
 		}
-		loss, err := f.tp.B.DropPercent(3)
+		loss, err := f.tp.DropPercent(3)
 		if err != nil {
 			t.Fatal(err)
 		}
