@@ -201,7 +201,9 @@ func TestEndToEndFaults(t *testing.T) {
 	// peerResetBound; a new flow while B is down is refused; once B runs
 	// again (started as it is, without `meshtun cleanup`), new flows work
 	// through the same gateway A (same process), whose pool dropped the
-	// dead connection.
+	// dead connection. Killed again with the connection idle in A's pool:
+	// the pool drops it within peerResetBound, and the first flow once B
+	// is back succeeds.
 	t.Run("peer killed mid-transfer", func(t *testing.T) {
 		pidA := f.gwA.PID()
 		_, res := f.startGated(t, target, 64<<20, 1<<20)
@@ -239,6 +241,21 @@ func TestEndToEndFaults(t *testing.T) {
 		waitFor(t, "node A's pool holds one connection (the dead one dropped)", 15*time.Second, func() bool {
 			return f.poolConns(t) == 1
 		})
+
+		// Killed again while that connection is idle in A's pool: once B
+		// is back, the first new flow must not be handed the dead
+		// connection (A's pool saw it close and dropped it).
+		if err := f.gwB.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		f.killed[f.gwB] = true
+		waitFor(t, "node A's pool drops the idle connection to the killed peer", peerResetBound, func() bool {
+			return f.poolConns(t) == 0
+		})
+		f.gwB = f.start(t, f.tp.B)
+		if err := f.transfer(target, 1<<20, 1<<20); err != nil {
+			t.Fatalf("the first flow after node B, killed with the pool idle, is back: %v", err)
+		}
 	})
 
 	// Load: one transfer held after its first MiB, one idle echo flow.
