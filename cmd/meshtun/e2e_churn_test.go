@@ -38,7 +38,7 @@ const (
 	churnFDSlack = 5
 	// churnRSSSlack: Go returns freed heap to the kernel slowly (the
 	// scavenger) and the race detector's shadow memory stays, so resident
-	// memory does not come back exactly; measured, it grew 3–9 MiB over
+	// memory does not come back exactly; measured, it grew 3–14 MiB over
 	// the churn under -race. A leak of what the churn's flows held (a
 	// 256 KiB relay buffer each, hundreds of flows) would add far more.
 	churnRSSSlack = 48 << 20
