@@ -68,7 +68,7 @@ func TestEndDrain(t *testing.T) {
 	f := g.flows.begin(outbound)
 	defer g.flows.end(f, outcome{})
 	done := make(chan struct{})
-	go func() { defer close(done); g.drain() }()
+	go func() { defer close(done); g.drain(nil) }()
 	select {
 	case <-g.Draining():
 	case <-time.After(30 * time.Second):

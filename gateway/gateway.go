@@ -457,10 +457,10 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			select {
 			case <-ch:
 			case <-ctx.Done():
-				g.drain()
+				g.drain(stack)
 				return nil
 			case <-g.drainSig.quit:
-				g.drain()
+				g.drain(stack)
 				return nil
 			case err := <-serveErr:
 				return fmt.Errorf("gateway: hbone server stopped: %w", err)
@@ -478,7 +478,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		g.ready.Store(false)
 		return fmt.Errorf("gateway: hbone server stopped: %w", err)
 	}
-	g.drain()
+	g.drain(stack)
 	return nil
 }
 
@@ -499,9 +499,14 @@ func (g *Gateway) poolOptions() hbone.PoolOptions {
 }
 
 // drain refuses new flows, sends GOAWAY to HBONE peers and gives open
-// flows the drain timeout to finish, or until EndDrain. Run's deferred
-// closers then end whatever is left.
-func (g *Gateway) drain() {
+// flows the drain timeout to finish (or until EndDrain), and then the
+// flows that ended the rest of it to deliver their last bytes: a flow ends
+// in the gateway when its relay has written everything into the netstack
+// Conn, and the stack's Close aborts every connection, so bytes not yet
+// acknowledged by the client (the end of a reply, the FIN) would be lost
+// and the client would read a RST instead (stack may be nil: no TUN).
+// Run's deferred closers then end whatever is left.
+func (g *Gateway) drain(stack *netstack.Stack) {
 	timeout := g.snapshot().cfg.Gateway.DrainTimeout.Duration
 	g.beginDrain()
 	g.log.Info("draining", "timeout", timeout)
@@ -524,7 +529,6 @@ func (g *Gateway) drain() {
 	}
 	select {
 	case <-g.flows.idleCh():
-		g.log.Info("drained")
 	case <-ctx.Done():
 		select {
 		case <-g.drainSig.hurry:
@@ -532,7 +536,15 @@ func (g *Gateway) drain() {
 		default:
 			g.log.Warn("drain timeout: closing the flows still open")
 		}
+		return
 	}
+	if stack != nil {
+		if err := stack.WaitDelivered(ctx); err != nil {
+			g.log.Warn("drain timeout: closing flows whose last bytes the client has not acknowledged", "error", err)
+			return
+		}
+	}
+	g.log.Info("drained")
 }
 
 func (g *Gateway) readinessHandler() http.Handler {

@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -333,6 +334,52 @@ func (s *Stack) Stats() Stats {
 		st.BadChecksums += s.link.badChecksums.Load()
 	}
 	return st
+}
+
+// deliveredPoll is how often WaitDelivered looks at the connections:
+// gVisor signals no event when a client acknowledges the last bytes; it
+// runs only at shutdown, and an acknowledgement takes one round trip on
+// this host, far below it.
+const deliveredPoll = 10 * time.Millisecond
+
+// WaitDelivered waits until no connection that our side has closed still
+// waits for its client to acknowledge data or our FIN (TCP states
+// FIN-WAIT-1, CLOSING, LAST-ACK). A flow that has ended in the gateway has
+// handed its last bytes to its Conn, not yet to the client: Close aborts
+// every connection, so a shutdown calls this first, or those bytes are
+// lost and the client reads a RST where its data should end. It returns
+// ctx's error when ctx ends first (a client that stopped acknowledging),
+// with the count still waiting.
+func (s *Stack) WaitDelivered(ctx context.Context) error {
+	tick := time.NewTicker(deliveredPoll)
+	defer tick.Stop()
+	for {
+		n := s.undelivered()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("netstack: %d closed connections still unacknowledged: %w", n, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// undelivered counts the connections WaitDelivered waits for.
+func (s *Stack) undelivered() int {
+	n := 0
+	for _, ep := range s.stack.RegisteredEndpoints() {
+		st, ok := ep.(interface{ State() uint32 })
+		if !ok {
+			continue // not TCP
+		}
+		switch tcp.EndpointState(st.State()) {
+		case tcp.StateFinWait1, tcp.StateClosing, tcp.StateLastAck:
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops the stack: new requests are rejected, every connection is

@@ -98,7 +98,11 @@ func bypassRule(family int) *netlink.Rule {
 }
 
 // addBypassRules adds the rule of each family opts routes, when
-// opts.Bypass is set.
+// opts.Bypass is set. A rule that exists already (EEXIST: the kernel
+// found one with the same priority, selectors and table, so exactly
+// ours) is what a gateway killed without its Close left behind, since the
+// rules outlive the device: it is taken over, logged, and removed by
+// Close like one added now, so a restart after a crash needs no Cleanup.
 func (d *Device) addBypassRules(opts Options) error {
 	if !opts.Bypass {
 		return nil
@@ -106,7 +110,10 @@ func (d *Device) addBypassRules(opts Options) error {
 	for _, family := range routeFamilies(opts.Routes) {
 		r := bypassRule(family)
 		if err := d.nl.RuleAdd(r); err != nil {
-			return fmt.Errorf("tun: %s: add rule %q: %w", d.name, r, err)
+			if !errors.Is(err, unix.EEXIST) {
+				return fmt.Errorf("tun: %s: add rule %q: %w", d.name, r, err)
+			}
+			d.log.Warn("bypass rule left by an earlier run (killed without cleanup); taking it over", "rule", ruleString(r))
 		}
 		d.rules = append(d.rules, r)
 	}

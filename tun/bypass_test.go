@@ -186,6 +186,51 @@ func TestCleanupRemovesBypassRules(t *testing.T) {
 	}
 }
 
+// TestOpenTakesOverLeftRules: a gateway killed without Close leaves its
+// bypass rules (the kernel removes only the device); the next Open takes
+// them over instead of failing with EEXIST, holds one rule per family,
+// and its Close removes them.
+func TestOpenTakesOverLeftRules(t *testing.T) {
+	ns := tuntest.NewNetns(t, "mt-byp")
+	opts := tun.Options{Name: "meshtun0", Bypass: true, Routes: prefixes("10.244.2.0/24", "fd00:244:2::/64")}
+	var crashed, dev *tun.Device
+	var err error
+	ns.Do(func() { crashed, err = tun.Open(opts) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { crashed.Close() })
+	// The crash: the device goes with its last fd, the rules stay.
+	ns.Do(func() {
+		var l netlink.Link
+		if l, err = netlink.LinkByName("meshtun0"); err == nil {
+			err = netlink.LinkDel(l)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(bypassRules(t, ns)); n != 2 {
+		t.Fatalf("%d rules left by the crashed device, want 2", n)
+	}
+	ns.Do(func() { dev, err = tun.Open(opts) })
+	if err != nil {
+		t.Fatalf("Open over the rules a crash left: %v", err)
+	}
+	if n := len(bypassRules(t, ns)); n != 2 {
+		t.Errorf("%d rules after the second Open, want 2 (one per family)", n)
+	}
+	if got := outDev(t, ns, "10.244.2.5", 0); got != "meshtun0" {
+		t.Errorf("an unmarked packet to a captured address goes to %q, want meshtun0", got)
+	}
+	if err := dev.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if rules := bypassRules(t, ns); len(rules) != 0 {
+		t.Errorf("rules left after Close: %v", rules)
+	}
+}
+
 // TestBypassControl marks a socket with BypassMark.
 func TestBypassControl(t *testing.T) {
 	ns := tuntest.NewNetns(t, "mt-byp")

@@ -157,5 +157,32 @@ func (g *Gateway) Stop(timeout time.Duration) error {
 	}
 }
 
+// Kill sends SIGKILL, as a crash or the OOM killer would: no drain, no
+// cleanup of the device's routes and rules (the kernel removes the TUN
+// with the process's last descriptor and resets its sockets). It waits
+// for the process to be gone, up to 10 s. Stop on a killed gateway
+// returns the kill's exit error.
+func (g *Gateway) Kill() error {
+	select {
+	case <-g.done:
+		return fmt.Errorf("topo: gateway in %s had exited already: %v", g.Node.Name, g.err)
+	default:
+	}
+	if err := g.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("topo: kill gateway in %s: %w", g.Node.Name, err)
+	}
+	select {
+	case <-g.done:
+		return nil
+	case <-time.After(10 * time.Second): // SIGKILL is not deferred; this is a stuck kernel
+		return fmt.Errorf("topo: gateway in %s still running 10 s after SIGKILL", g.Node.Name)
+	}
+}
+
+// Signal sends sig to the process without waiting.
+func (g *Gateway) Signal(sig syscall.Signal) error {
+	return g.cmd.Process.Signal(sig)
+}
+
 // Exited is closed when the process has ended.
 func (g *Gateway) Exited() <-chan struct{} { return g.done }

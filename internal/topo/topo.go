@@ -34,6 +34,7 @@ import (
 type Node struct {
 	Name string // "node-a" or "node-b"
 	NS   string // network namespace name
+	Veth string // this node's end of the veth pair: "veth-a" or "veth-b"
 
 	VethIP4, VethIP6 netip.Addr // this node's veth addresses
 	// Workload4 and Workload6 are a workload address of this node, on lo,
@@ -104,6 +105,7 @@ func New(prefix string) (t *Topology, err error) {
 		}
 	}()
 	vethA, vethB := "veth-"+a.Name[5:], "veth-"+b.Name[5:] // veth-a, veth-b
+	a.Veth, b.Veth = vethA, vethB
 	steps := [][]string{
 		{"netns", "add", a.NS},
 		{"netns", "add", b.NS},
