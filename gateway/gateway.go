@@ -376,6 +376,14 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		closers = append(closers, func() { stack.Close() })
 		g.metrics.stack.Store(stack)
 	}
+	if g.cfg.DNS.Enabled {
+		// After the device: dns.listen is the TUN's address by default.
+		stop, err := g.startDNS()
+		if err != nil {
+			return err
+		}
+		closers = append(closers, stop)
+	}
 
 	serveErr := make(chan error, 1)
 	if g.server != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/dnsproxy"
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/netstack"
@@ -55,7 +56,8 @@ import (
 // of the HBONE pool and of the HBONE server, read from their Stats at
 // scrape time (statsCollector; the tables netstackFamilies,
 // poolFamilies, serverFamilies); the state of the mesh clients, xDS and
-// CA, read from their Stats at scrape time too (meshCollector);
+// CA, read from their Stats at scrape time too (meshCollector); the DNS
+// server's queries by result (dnsCollector, dns.go);
 // meshtun_relay_buffers_in_use;
 // meshtun_build_info; and client_golang's Go (go_*) and process
 // (process_*) collectors: goroutines, heap, RSS, open file descriptors.
@@ -112,6 +114,7 @@ type metrics struct {
 	pool   atomic.Pointer[hbone.Pool]
 	server atomic.Pointer[hbone.Server]
 	stack  atomic.Pointer[netstack.Stack]
+	dns    atomic.Pointer[dnsproxy.Server]
 	// meshStats reads the gateway's merge of the mesh's state (false: the
 	// mesh is off). Set once, before serving.
 	meshStats func() (MeshStats, bool)
@@ -173,6 +176,7 @@ func newMetrics() *metrics {
 			return m.meshStats()
 		}, families: meshStateFamilies},
 		&meshCollector{xds: statsOf(&m.xds, (*mesh.XDSClient).Stats), ca: statsOf(&m.ca, (*mesh.CertManager).Stats)},
+		&dnsCollector{stats: statsOf(&m.dns, (*dnsproxy.Server).Stats)},
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/dnsproxy"
 	"github.com/meshtun/meshtun/mesh"
 )
 
@@ -53,6 +54,7 @@ type snapshot struct {
 	cfg    *config.Config // in force: restart-only keys keep their values from the start
 	router *Router
 	authz  *Authorizer
+	zone   *dnsproxy.Zone // the names the DNS server answers (dns.go)
 	// endpointTurn holds one round-robin counter per service, by
 	// "namespace/name"; a reload carries the counters of services it keeps.
 	endpointTurn map[string]*atomic.Uint64
@@ -63,6 +65,7 @@ func newSnapshot(cfg *config.Config, prev *snapshot) *snapshot {
 		cfg:          cfg,
 		router:       NewRouter(cfg),
 		authz:        NewAuthorizer(cfg.Policies),
+		zone:         zoneOf(cfg),
 		endpointTurn: make(map[string]*atomic.Uint64),
 	}
 	keep := func(key string) {
