@@ -4,8 +4,8 @@ import "reflect"
 
 // What a reload may change, read from the reload:"apply" tags of the
 // schema: today [[peers]], [[workloads]], [[services]], [[policies]],
-// hbone.serve, gateway.drain_timeout and log.level. Every other key is
-// bound to something a gateway builds once at start.
+// hbone.serve, gateway.drain_timeout, log.level and dns.ttl. Every other
+// key is bound to something a gateway builds once at start.
 
 // Diff lists the key paths whose values differ between a and b, in schema
 // order: "tun.mtu" for a key of a table, "version" for a top-level value,

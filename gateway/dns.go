@@ -23,6 +23,10 @@ import (
 // and VIPs, within dns.domains; short names expand in this node's
 // namespace (mesh.namespace, "" with the mesh off).
 func zoneOf(cfg *config.Config) *dnsproxy.Zone {
+	ns := ""
+	if cfg.Mesh.Enabled() {
+		ns = cfg.Mesh.Namespace
+	}
 	var hosts []dnsproxy.Host
 	for _, s := range cfg.Services {
 		if s.Hostname != "" {
@@ -31,7 +35,7 @@ func zoneOf(cfg *config.Config) *dnsproxy.Zone {
 	}
 	return dnsproxy.NewZone(dnsproxy.ZoneOptions{
 		Domains:   cfg.DNS.Domains,
-		Namespace: cfg.Mesh.Namespace,
+		Namespace: ns,
 		TTL:       cfg.DNS.TTL.Duration,
 	}, hosts)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/mesh"
 )
 
 // testUpstream is a resolver on loopback that answers example.org. A
@@ -232,5 +233,32 @@ func TestSplitNamePort(t *testing.T) {
 		if (err == nil) != tc.ok || name != tc.name || port != tc.port {
 			t.Errorf("SplitNamePort(%q) = %q %d %v", tc.in, name, port, err)
 		}
+	}
+}
+
+// istiod's services are names too, at once after ApplyMesh; a
+// mesh-namespace short name expands in this node's namespace only with
+// the mesh on.
+func TestZoneFollowsMesh(t *testing.T) {
+	e := newReloadEnv(t, dnsServices+"\n[mesh]\nnamespace = \"default\"\n")
+	if _, ok := e.g.snapshot().zone.Resolve("web"); ok {
+		t.Error("with the mesh off, a one-label name was expanded in mesh.namespace")
+	}
+	if addrs, ok := e.g.snapshot().zone.Resolve("web.default.svc.cluster.local"); !ok || len(addrs) != 2 {
+		t.Errorf("the file's service: %v %v", addrs, ok)
+	}
+	if _, ok := e.g.snapshot().zone.Resolve("db.data.svc.cluster.local"); ok {
+		t.Fatal("a name of istiod's before its state")
+	}
+	e.g.ApplyMesh(mesh.State{Ready: true, Services: []config.Service{{
+		Name: "db", Namespace: "data", Hostname: "db.data.svc.cluster.local", VIPs: []netip.Addr{netip.MustParseAddr("10.96.0.2")},
+		Ports: map[uint16]uint16{5432: 5432}, Source: config.SourceXDS,
+	}}})
+	if addrs, ok := e.g.snapshot().zone.Resolve("db.data"); !ok || !slices.Equal(addrs, []netip.Addr{netip.MustParseAddr("10.96.0.2")}) {
+		t.Errorf("istiod's service after ApplyMesh: %v %v, want 10.96.0.2", addrs, ok)
+	}
+	e.g.ApplyMesh(mesh.State{Ready: true})
+	if _, ok := e.g.snapshot().zone.Resolve("db.data.svc.cluster.local"); ok {
+		t.Error("istiod's service is still a name after it left the state")
 	}
 }

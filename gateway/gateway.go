@@ -136,6 +136,9 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 			g.ownPorts[ap.Port()] = true
 		}
 	}
+	if cfg.DNS.Enabled {
+		g.ownPorts[cfg.DNS.Listen.Port()] = true // its TCP side
+	}
 	return g, nil
 }
 

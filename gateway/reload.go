@@ -24,9 +24,10 @@ import (
 // so a flow never sees the router of one config and the policies of
 // another; flows that started earlier keep the snapshot they took.
 //
-// What a reload applies: [[peers]], [[workloads]], [[services]],
-// [[policies]], hbone.serve, gateway.drain_timeout and log.level, the keys
-// the config schema tags reload:"apply" (config.ReloadApplied). Every
+// What a reload applies: [[peers]], [[workloads]], [[services]] (and with
+// them the names the DNS server answers: the snapshot's zone),
+// [[policies]], hbone.serve, gateway.drain_timeout, log.level and dns.ttl,
+// the keys the config schema tags reload:"apply" (config.ReloadApplied). Every
 // other key is bound to something built once at start (the device and its
 // routes, the stack, the listeners, the pool, the certificates, the
 // loggers): a reload that changes one logs it as needing a restart and
