@@ -43,9 +43,10 @@ type Options struct {
 
 // Tuning.
 const (
-	// DefaultRateLimit and DefaultBurst: a node's clients mostly reach
-	// the server through one source (systemd-resolved's, or the host's
-	// own address), which caches; a few hundred queries a second is a
+	// DefaultRateLimit and DefaultBurst: a node's clients reach the
+	// server from one source address (the TUN's own, which the kernel
+	// picks for a local destination; or systemd-resolved, which caches),
+	// so the limit is the node's: a few hundred queries a second is a
 	// busy host, and ten times that is a loop or a flood.
 	DefaultRateLimit = 1000
 	DefaultBurst     = 2000
@@ -158,16 +159,24 @@ func New(opts Options) (*Server, error) {
 		MaxTCPQueries: -1,
 	})
 	for _, srv := range []*dns.Server{s.udp, s.tcp} {
-		started := make(chan struct{})
+		started, failed := make(chan struct{}), make(chan error, 1)
 		srv.NotifyStartedFunc = func() { close(started) }
 		s.served.Add(1)
 		go func() {
 			defer s.served.Done()
 			if err := srv.ActivateAndServe(); err != nil {
+				failed <- err
 				s.log.Error("dns: serving stopped", "error", err)
 			}
 		}()
-		<-started
+		select {
+		case <-started:
+		case err := <-failed:
+			pc.Close()
+			ln.Close()
+			s.Close()
+			return nil, fmt.Errorf("dnsproxy: serve: %w", err)
+		}
 	}
 	s.log.Info("dns: serving", "listen", opts.Listen, "upstream", fmt.Sprint(opts.Upstream))
 	return s, nil
