@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,6 +66,9 @@ func (g *Gateway) startDNS() (stop func(), err error) {
 		opts.Control = tun.BypassControl
 	}
 	srv, err := dnsproxy.New(opts)
+	if errors.Is(err, syscall.EACCES) && d.Listen.Port() < 1024 {
+		return nil, fmt.Errorf("gateway: dns.listen: %w (port %d needs CAP_NET_BIND_SERVICE: add it to the unit's AmbientCapabilities and CapabilityBoundingSet)", err, d.Listen.Port())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("gateway: dns.listen: %w", err)
 	}
