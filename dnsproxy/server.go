@@ -374,6 +374,8 @@ func (z *Zone) soa(domain string) dns.RR {
 		Hdr:    dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: z.ttl},
 		Ns:     "ns.dns." + domain,
 		Mbox:   "hostmaster." + domain,
+		// The secondaries' timers mean nothing here (no zone transfer);
+		// RFC 1912's suggested values, so tools that show them see sane ones.
 		Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: z.ttl,
 	}
 }

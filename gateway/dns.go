@@ -81,7 +81,8 @@ func (g *Gateway) startDNS() (stop func(), err error) {
 			log.Info("systemd-resolved is not in use: to send the mesh's names here, write this line first in /etc/resolv.conf",
 				"line", dnsproxy.ResolvConfLine(d.Listen), "port_53_only", d.Listen.Port() == 53)
 		case err != nil:
-			log.Warn("systemd-resolved was not told of the mesh's domains; names resolve only when asked of dns.listen", "error", err)
+			log.Warn("systemd-resolved was not told of the mesh's domains (is it running, and may this user change a link's DNS?); names resolve only when asked of dns.listen, e.g. with this line first in /etc/resolv.conf",
+				"line", dnsproxy.ResolvConfLine(d.Listen), "error", err)
 		default:
 			log.Info("systemd-resolved sends the mesh's domains here", "link", g.cfg.TUN.Name, "domains", fmt.Sprint(d.Domains))
 		}
