@@ -371,9 +371,9 @@ func (s *Server) answer(ctx context.Context, r *dns.Msg, network string) *dns.Ms
 // answers: its minimum is how long a resolver caches them (RFC 2308).
 func (z *Zone) soa(domain string) dns.RR {
 	return &dns.SOA{
-		Hdr:    dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: z.ttl},
-		Ns:     "ns.dns." + domain,
-		Mbox:   "hostmaster." + domain,
+		Hdr:  dns.RR_Header{Name: domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: z.ttl},
+		Ns:   "ns.dns." + domain,
+		Mbox: "hostmaster." + domain,
 		// The secondaries' timers mean nothing here (no zone transfer);
 		// RFC 1912's suggested values, so tools that show them see sane ones.
 		Serial: 1, Refresh: 7200, Retry: 1800, Expire: 86400, Minttl: z.ttl,
