@@ -272,6 +272,12 @@ type DNS struct {
 	// a changed VIP reaches clients soon, long enough to spare the server
 	// a query per connection.
 	TTL Duration `toml:"ttl" default:"30s" reload:"apply"`
+	// Queries a second each source address may ask, twice that at once;
+	// past it they are dropped and counted. The node's clients share one
+	// source (the TUN's address, or systemd-resolved, which caches): a
+	// few hundred a second is a busy host, ten times that a loop or a
+	// flood.
+	RateLimit int `toml:"rate_limit" default:"1000"`
 }
 
 // MaxDNSTTL bounds dns.ttl: a day. Clients that cache longer would keep a

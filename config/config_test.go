@@ -105,10 +105,11 @@ func TestShippedFile(t *testing.T) {
 			SubjectAltNames: []string{},
 		}},
 		DNS: DNS{
-			Listen:   netip.MustParseAddrPort("100.64.0.1:53"),
-			Domains:  []string{"cluster.local"},
-			Upstream: []netip.AddrPort{},
-			TTL:      Duration{30 * time.Second},
+			Listen:    netip.MustParseAddrPort("100.64.0.1:53"),
+			Domains:   []string{"cluster.local"},
+			Upstream:  []netip.AddrPort{},
+			TTL:       Duration{30 * time.Second},
+			RateLimit: 1000,
 		},
 		Policies: []Policy{{
 			Name:   "web-from-client",

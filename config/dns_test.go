@@ -13,7 +13,7 @@ func TestDNSDefaults(t *testing.T) {
 	if want := netip.MustParseAddrPort("100.64.0.7:53"); d.Listen != want {
 		t.Errorf("dns.listen = %s, want %s (the first tun.addresses address, port 53)", d.Listen, want)
 	}
-	if !slices.Equal(d.Domains, []string{"cluster.local"}) || d.TTL.Duration != 30*time.Second || len(d.Upstream) != 0 || !d.Enabled {
+	if !slices.Equal(d.Domains, []string{"cluster.local"}) || d.TTL.Duration != 30*time.Second || len(d.Upstream) != 0 || !d.Enabled || d.RateLimit != 1000 {
 		t.Errorf("dns = %+v, want enabled, domains [cluster.local], ttl 30s, no upstream", d)
 	}
 
@@ -23,7 +23,7 @@ func TestDNSDefaults(t *testing.T) {
 		!slices.Equal(d.Upstream, []netip.AddrPort{netip.MustParseAddrPort("192.0.2.53:53")}) || d.TTL.Duration != 5*time.Second || d.Enabled {
 		t.Errorf("dns = %+v: the values written are not kept", d)
 	}
-	if !ReloadApplied("dns.ttl") || ReloadApplied("dns.domains") || ReloadApplied("dns.listen") || ReloadApplied("dns.upstream") || ReloadApplied("dns.enabled") {
+	if !ReloadApplied("dns.ttl") || ReloadApplied("dns.rate_limit") || ReloadApplied("dns.domains") || ReloadApplied("dns.listen") || ReloadApplied("dns.upstream") || ReloadApplied("dns.enabled") {
 		t.Errorf("a reload applies dns.ttl only")
 	}
 }
@@ -48,6 +48,8 @@ func TestDNSErrors(t *testing.T) {
 			`gateway.toml: dns.upstream[0]: 127.0.0.1:53 is dns.listen: this server would forward to itself`},
 		{"upstream unspecified", base + "[dns]\nupstream = [\"0.0.0.0:53\"]\n",
 			`gateway.toml: dns.upstream[0]: 0.0.0.0:53 is not a resolver's address: write ip:port, like "192.0.2.53:53"`},
+		{"rate limit 0", base + "[dns]\nrate_limit = 0\n",
+			`gateway.toml: dns.rate_limit: must be at least 1 (got 0)`},
 		{"ttl too long", base + "[dns]\nttl = \"48h\"\n",
 			`gateway.toml: dns.ttl: 48h0m0s is out of range: whole seconds, 0s..24h`},
 		{"ttl in parts of a second", base + "[dns]\nttl = \"1500ms\"\n",

@@ -250,6 +250,9 @@ func (c *Config) checkDNS(p *problems) {
 			p.at(u, "%s is dns.listen: this server would forward to itself", *u)
 		}
 	}
+	if d.RateLimit < 1 {
+		p.at(&d.RateLimit, "must be at least 1 (got %d)", d.RateLimit)
+	}
 	if ttl := d.TTL.Duration; ttl < 0 || ttl > MaxDNSTTL || ttl%time.Second != 0 {
 		p.at(&d.TTL, "%s is out of range: whole seconds, 0s..24h", d.TTL)
 	}

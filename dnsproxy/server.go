@@ -43,11 +43,12 @@ type Options struct {
 
 // Tuning.
 const (
-	// DefaultRateLimit and DefaultBurst: a node's clients reach the
-	// server from one source address (the TUN's own, which the kernel
-	// picks for a local destination; or systemd-resolved, which caches),
-	// so the limit is the node's: a few hundred queries a second is a
-	// busy host, and ten times that is a loop or a flood.
+	// DefaultRateLimit and DefaultBurst, config's dns.rate_limit's:
+	// a node's clients reach the server from one source address (the
+	// TUN's own, which the kernel picks for a local destination; or
+	// systemd-resolved, which caches), so the limit is the node's: a few
+	// hundred queries a second is a busy host, and ten times that is a
+	// loop or a flood.
 	DefaultRateLimit = 1000
 	DefaultBurst     = 2000
 	// DefaultUpstreamTimeout: below the 5 s a stub resolver (glibc,

@@ -58,7 +58,10 @@ func (g *Gateway) startDNS() (stop func(), err error) {
 		Listen:   d.Listen,
 		Upstream: upstream,
 		Zone:     func() *dnsproxy.Zone { return g.snapshot().zone },
-		Logger:   log,
+		// Twice the rate at once: a burst of a starting host's lookups.
+		RateLimit: float64(d.RateLimit),
+		Burst:     2 * d.RateLimit,
+		Logger:    log,
 	}
 	if g.cfg.TUN.Name != "" {
 		// An upstream inside tun.routes (a cluster's DNS VIP) is reached

@@ -154,7 +154,9 @@ func TestEndToEndDNS(t *testing.T) {
 			return s
 		}
 		s = strings.Replace(s, `routes = [`, `routes = ["10.96.0.0/16", `, 1)
-		return s + dnsServices + "\n[dns]\nenabled = true\nupstream = [\"10.244.1.5:53\"]\n"
+		// A low rate limit, so the flood below passes it even when a
+		// busy machine answers slowly.
+		return s + dnsServices + "\n[dns]\nenabled = true\nupstream = [\"10.244.1.5:53\"]\nrate_limit = 20\n"
 	})
 	up := startDNSUpstream(t, tp.A)
 	upstreamAt = up.addr
