@@ -167,7 +167,7 @@ func New(opts Options) (*Server, error) {
 			defer s.served.Done()
 			if err := srv.ActivateAndServe(); err != nil {
 				failed <- err
-				s.log.Error("dns: serving stopped", "error", err)
+				s.log.Error("serving stopped", "error", err)
 			}
 		}()
 		select {
@@ -179,7 +179,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("dnsproxy: serve: %w", err)
 		}
 	}
-	s.log.Info("dns: serving", "listen", opts.Listen, "upstream", fmt.Sprint(opts.Upstream))
+	s.log.Info("serving", "listen", opts.Listen, "upstream", fmt.Sprint(opts.Upstream))
 	return s, nil
 }
 
@@ -274,7 +274,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		reply.Truncate(udpSize(r))
 	}
 	if err := w.WriteMsg(reply); err != nil {
-		s.log.Debug("dns: writing the answer", "src", src, "error", err)
+		s.log.Debug("writing the answer", "src", src, "error", err)
 	}
 }
 
@@ -354,16 +354,16 @@ func (s *Server) answer(ctx context.Context, r *dns.Msg, network string) *dns.Ms
 			m.Ns = []dns.RR{z.soa(domain)} // NODATA, cached for ttl (RFC 2308)
 		}
 		s.stats.answered.Add(1)
-		s.log.Debug("dns: answered", "name", fq, "type", dns.TypeToString[q.Qtype], "answers", len(m.Answer))
+		s.log.Debug("answered", "name", fq, "type", dns.TypeToString[q.Qtype], "answers", len(m.Answer))
 	case exists:
 		m.Ns = []dns.RR{z.soa(domain)}
 		s.stats.answered.Add(1)
-		s.log.Debug("dns: answered", "name", fq, "type", dns.TypeToString[q.Qtype], "answers", 0)
+		s.log.Debug("answered", "name", fq, "type", dns.TypeToString[q.Qtype], "answers", 0)
 	case noSuch:
 		m.Rcode = dns.RcodeNameError
 		m.Ns = []dns.RR{z.soa(domain)}
 		s.stats.nxdomain.Add(1)
-		s.log.Debug("dns: nxdomain", "name", fq, "type", dns.TypeToString[q.Qtype])
+		s.log.Debug("nxdomain", "name", fq, "type", dns.TypeToString[q.Qtype])
 	}
 	return m
 }
@@ -390,7 +390,7 @@ func (s *Server) forwardQuery(ctx context.Context, r *dns.Msg, network, fq strin
 		defer func() { <-s.forward }()
 	default:
 		s.stats.refused.Add(1)
-		s.log.Debug("dns: refused: forwarded queries at their bound", "name", fq, "bound", maxForwards)
+		s.log.Debug("refused: forwarded queries at their bound", "name", fq, "bound", maxForwards)
 		return new(dns.Msg).SetRcode(r, dns.RcodeRefused)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.UpstreamTimeout)
@@ -423,7 +423,7 @@ func (s *Server) forwardQuery(ctx context.Context, r *dns.Msg, network, fq strin
 	}
 	last.Id = r.Id
 	s.stats.forwarded.Add(1)
-	s.log.Debug("dns: forwarded", "name", fq, "rcode", dns.RcodeToString[last.Rcode], "answers", len(last.Answer))
+	s.log.Debug("forwarded", "name", fq, "rcode", dns.RcodeToString[last.Rcode], "answers", len(last.Answer))
 	return last
 }
 
@@ -431,8 +431,8 @@ func (s *Server) warnUpstream(name string, err error) {
 	now := time.Now().UnixNano()
 	last := s.lastWarn.Load()
 	if now-last < int64(warnEvery) || !s.lastWarn.CompareAndSwap(last, now) {
-		s.log.Debug("dns: upstream failed: SERVFAIL", "name", name, "error", err)
+		s.log.Debug("upstream failed: SERVFAIL", "name", name, "error", err)
 		return
 	}
-	s.log.Warn("dns: no upstream answered: SERVFAIL (logged at most every 10s)", "name", name, "error", err)
+	s.log.Warn("no upstream answered: SERVFAIL (logged at most every 10s)", "name", name, "error", err)
 }

@@ -161,7 +161,7 @@ func TestEndToEndDNS(t *testing.T) {
 	up := startDNSUpstream(t, tp.A)
 	upstreamAt = up.addr
 	gwA, _ := startGateways(t, tp, bin, dir)
-	waitLog(t, gwA, "dns: serving")
+	waitLog(t, gwA, "meshtun.gateway.dns: serving")
 	waitLog(t, gwA, "systemd-resolved sends the mesh's domains here")
 	server := tp.A.TUNAddr4.Addr()
 	echoServer(t, tp.B, tp.B.Workload4.String()+":7070")
