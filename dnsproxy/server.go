@@ -314,6 +314,9 @@ func (s *Server) answer(ctx context.Context, r *dns.Msg, network string) *dns.Ms
 		s.stats.refused.Add(1)
 		return m.SetRcode(r, dns.RcodeRefused)
 	}
+	if q.Name == "." {
+		return s.forwardQuery(ctx, r, network, q.Name) // the root: no mesh name
+	}
 	fq, ok := canonical(q.Name)
 	if !ok {
 		s.stats.malformed.Add(1)

@@ -159,6 +159,7 @@ func TestAnswers(t *testing.T) {
 				{"unknown.example.org", dns.TypeA, dns.RcodeNameError, nil, 0, false, true},
 				// a short form the zone lacks is no mesh name: forwarded
 				{"nope.default", dns.TypeA, dns.RcodeNameError, nil, 0, false, true},
+				{".", dns.TypeNS, dns.RcodeNameError, nil, 0, false, true},
 			} {
 				before := up.queries.Load()
 				r := ask(t, network, addr, tc.name, tc.qtype)
