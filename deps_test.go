@@ -24,11 +24,15 @@ var allowed = map[string]struct {
 	"netstack":    {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
 	"hbone":       {[]string{"identity"}, []string{"golang.org/x/net", "golang.org/x/time/rate", "github.com/hashicorp/go-hclog"}},
 	"hbone/devca": {[]string{"hbone"}, nil},
-	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
+	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh", "dnsproxy"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
 	// mesh speaks Istio's protocols with Istio's own Go types; genproto's
 	// rpc status is the type of xDS's error_detail.
 	"mesh": {[]string{"config", "identity"}, []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc",
 		"istio.io/api/security/v1alpha1", "istio.io/istio/pkg/workloadapi", "github.com/envoyproxy/go-control-plane/envoy"}},
+
+	// dnsproxy serves DNS with miekg/dns; x/net's netutil bounds its TCP
+	// connections.
+	"dnsproxy": {nil, []string{"github.com/miekg/dns", "github.com/hashicorp/go-hclog", "golang.org/x/net"}},
 
 	// certfile watches the directories of the certificate files.
 	"hbone/certfile": {[]string{"hbone", "identity"}, []string{"github.com/fsnotify/fsnotify", "github.com/hashicorp/go-hclog"}},

@@ -28,7 +28,8 @@ const schemaVersion = 1
 //     condition is a state of the whole file, named in the schema's
 //     conditions (schema.go): "mesh" is "[mesh] is on".
 //   - default:"text" is the default, written as the value's text: "5s",
-//     "65000", "true", "cluster.local". A key without it defaults to its
+//     "65000", "true", "cluster.local"; a list as a TOML array,
+//     "[\"cluster.local\"]". A key without it defaults to its
 //     zero value ("", [], false). The comment beside a default gives its
 //     reason.
 //   - values:"a|b|c" lists the values a string key may take; Validate
@@ -48,6 +49,7 @@ type Config struct {
 	Netstack  Netstack   `toml:"netstack"`
 	HBONE     HBONE      `toml:"hbone"`
 	Admin     Admin      `toml:"admin"`
+	DNS       DNS        `toml:"dns"`
 	Peers     []Peer     `toml:"peers" reload:"apply"`
 	Workloads []Workload `toml:"workloads" reload:"apply"`
 	Services  []Service  `toml:"services" reload:"apply"`
@@ -284,6 +286,54 @@ type Admin struct {
 	Metrics string `toml:"metrics" default:"0.0.0.0:15020"`
 	// /healthz/ready, on Istio's readiness port, where kubelet probes look.
 	Readiness string `toml:"readiness" default:"0.0.0.0:15021"`
+}
+
+// DNS is the [dns] table: the node's DNS server for mesh names
+// (dnsproxy). It answers A and AAAA for the hostnames of the services in
+// force (the file's and, with [mesh], istiod's), NXDOMAIN for other names
+// within Domains, and forwards every other name to Upstream.
+//
+// Off by default, as ztunnel's DNS proxy is: it binds port 53 and, where
+// systemd-resolved runs, asks it to send Domains to this server; an
+// operator turns that on knowingly.
+type DNS struct {
+	Enabled bool `toml:"enabled"`
+	// The server's UDP and TCP address. The TUN's own address is on this
+	// host and nothing else listens there (setDefaults: its first
+	// tun.addresses address, port 53).
+	Listen netip.AddrPort `toml:"listen,derived"`
+	// The mesh's DNS domains: names within them are the mesh's, answered
+	// or NXDOMAIN, never forwarded; systemd-resolved is told to route
+	// them here. Kubernetes' default cluster domain.
+	Domains []string `toml:"domains" default:"[\"cluster.local\"]"`
+	// Where other names are forwarded, ip:port, tried in order. Empty:
+	// the nameservers of /etc/resolv.conf, read at start (no default can
+	// be written: they are the host's).
+	Upstream []netip.AddrPort `toml:"upstream"`
+	// The TTL of the answers for mesh names. ztunnel's: short enough that
+	// a changed VIP reaches clients soon, long enough to spare the server
+	// a query per connection.
+	TTL Duration `toml:"ttl" default:"30s" reload:"apply"`
+	// Queries a second each source address may ask, twice that at once;
+	// past it they are dropped and counted. The node's clients share one
+	// source (the TUN's address, or systemd-resolved, which caches): a
+	// few hundred a second is a busy host, ten times that a loop or a
+	// flood.
+	RateLimit int `toml:"rate_limit" default:"1000"`
+}
+
+// MaxDNSTTL bounds dns.ttl: a day. Clients that cache longer would keep a
+// VIP the mesh has moved.
+const MaxDNSTTL = 24 * time.Hour
+
+// DefaultDNSPort is the port of a derived dns.listen.
+const DefaultDNSPort = 53
+
+// setListen derives dns.listen from the TUN's first address.
+func (d *DNS) setListen(t *TUN) {
+	if !d.Listen.IsValid() && len(t.Addresses) > 0 && t.Addresses[0].IsValid() {
+		d.Listen = netip.AddrPortFrom(t.Addresses[0].Addr(), DefaultDNSPort)
+	}
 }
 
 // Peer is one [[peers]] entry: flows to its CIDRs ride HBONE to Address,

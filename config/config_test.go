@@ -107,6 +107,13 @@ func TestShippedFile(t *testing.T) {
 			Endpoints:       []string{"default/web"},
 			SubjectAltNames: []string{},
 		}},
+		DNS: DNS{
+			Listen:    netip.MustParseAddrPort("100.64.0.1:53"),
+			Domains:   []string{"cluster.local"},
+			Upstream:  []netip.AddrPort{},
+			TTL:       Duration{30 * time.Second},
+			RateLimit: 1000,
+		},
 		Policies: []Policy{{
 			Name:   "web-from-client",
 			Action: "allow",

@@ -58,6 +58,7 @@ func decode(data []byte) (*Config, *decoder) {
 	}
 	c := Default()
 	d.decodeTable(&table{d: d, m: tree}, reflect.ValueOf(c).Elem(), root)
+	c.setDefaults()
 	return c, d
 }
 
@@ -68,6 +69,7 @@ type defaulter interface{ setDefaults() }
 var (
 	_ defaulter = (*Workload)(nil)
 	_ defaulter = (*Mesh)(nil)
+	_ defaulter = (*Config)(nil)
 )
 
 // decoder walks the parsed TOML tree into a Config, collecting problems.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+
+	"github.com/BurntSushi/toml"
 )
 
 // Default returns a Config holding every default: the default tags of the
@@ -57,6 +59,12 @@ func defaultValue(k *key) reflect.Value {
 			panic(fmt.Sprintf("config: default of %s: %v", k.name, err))
 		}
 		raw = b
+	case reflect.Slice:
+		var m map[string]any
+		if _, err := toml.Decode("v = "+k.def, &m); err != nil {
+			panic(fmt.Sprintf("config: default of %s: %v", k.name, err))
+		}
+		raw = m["v"]
 	}
 	d := decoder{order: make(map[string]int)}
 	v, ok := d.value(k.name, raw, k.typ)
@@ -77,6 +85,12 @@ func (w *Workload) setDefaults() {
 	if w.Protocol == "HBONE" && !w.HBONEAddress.IsValid() && len(w.Addresses) > 0 {
 		w.HBONEAddress = netip.AddrPortFrom(w.Addresses[0], defaultHBONEPort)
 	}
+}
+
+// setDefaults fills the keys derived from other tables: dns.listen from
+// tun.addresses. decode calls it once the whole file is decoded.
+func (c *Config) setDefaults() {
+	c.DNS.setListen(&c.TUN)
 }
 
 // setDefaults fills the keys of [mesh] derived from mesh.xds_address;

@@ -5,10 +5,10 @@ import "reflect"
 // What a reload may change, read from the reload:"apply" tags of the
 // schema: today [[peers]], [[workloads]], [[services]], [[policies]],
 // hbone.serve, gateway.drain_timeout, gateway.max_flows_per_source,
-// log.level and the [gateway] keys describing this node's workload
-// (gateway.cluster, .workload_namespace, .workload_name, .workload_kind,
-// .canonical_service, .canonical_revision). Every other key is bound to
-// something a gateway builds once at start.
+// log.level, dns.ttl and the [gateway] keys describing this node's
+// workload (gateway.cluster, .workload_namespace, .workload_name,
+// .workload_kind, .canonical_service, .canonical_revision). Every other
+// key is bound to something a gateway builds once at start.
 
 // Diff lists the key paths whose values differ between a and b, in schema
 // order: "tun.mtu" for a key of a table, "version" for a top-level value,

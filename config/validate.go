@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/meshtun/meshtun/identity"
 )
@@ -35,6 +36,7 @@ func (c *Config) check() []*Error {
 	c.checkMesh(&p)
 	c.checkTUN(&p)
 	c.checkListeners(&p)
+	c.checkDNS(&p)
 	td := c.Gateway.TrustDomain
 	if identity.CheckTrustDomain(td) != nil {
 		td = "" // reported once above; don't hold every identity against it
@@ -229,6 +231,50 @@ func (c *Config) checkListeners(p *problems) {
 			}
 		}
 		ls = append(ls, listener{p.path(addr), host, port})
+	}
+}
+
+// checkDNS checks [dns]. Its addresses are IPs, not host names: the
+// server binds listen before any resolver is there to ask, and upstream
+// is what it asks.
+func (c *Config) checkDNS(p *problems) {
+	d := &c.DNS
+	switch {
+	case d.Listen.IsValid() && (d.Listen.Port() == 0 || d.Listen.Addr().IsMulticast()):
+		p.at(&d.Listen, "%s is not an address to listen on: write an IP of this host and a port, like \"100.64.0.1:53\"", d.Listen)
+	case d.Enabled && !d.Listen.IsValid():
+		p.at(&d.Listen, "required while dns.enabled is true: tun.addresses has no address to derive it from; write one like \"100.64.0.1:53\"")
+	}
+	if d.Enabled && len(d.Domains) == 0 {
+		p.at(&d.Domains, "at least one domain while dns.enabled is true, like [\"cluster.local\"]")
+	}
+	seen := map[string]string{}
+	for i := range d.Domains {
+		dom := &d.Domains[i]
+		name := strings.TrimSuffix(strings.ToLower(*dom), ".")
+		if identity.CheckHostname(name) != nil {
+			p.at(dom, "%q is not a DNS domain, like \"cluster.local\"", *dom)
+			continue
+		}
+		if other, dup := seen[name]; dup {
+			p.at(dom, "%q is listed twice (also %s)", *dom, other)
+			continue
+		}
+		seen[name] = p.path(dom)
+	}
+	for i := range d.Upstream {
+		u := &d.Upstream[i]
+		if !u.IsValid() || u.Port() == 0 || u.Addr().IsUnspecified() || u.Addr().IsMulticast() {
+			p.at(u, "%s is not a resolver's address: write ip:port, like \"192.0.2.53:53\"", *u)
+		} else if *u == d.Listen {
+			p.at(u, "%s is dns.listen: this server would forward to itself", *u)
+		}
+	}
+	if d.RateLimit < 1 {
+		p.at(&d.RateLimit, "must be at least 1 (got %d)", d.RateLimit)
+	}
+	if ttl := d.TTL.Duration; ttl < 0 || ttl > MaxDNSTTL || ttl%time.Second != 0 {
+		p.at(&d.TTL, "%s is out of range: whole seconds, 0s..24h", d.TTL)
 	}
 }
 

@@ -224,6 +224,9 @@ func levelName(l hclog.Level) string {
 // target; keys without a value are left out.
 type RouteAnswer struct {
 	Plan
+	// Name is the hostname asked (ExplainName), whose address is Dst;
+	// "" when asked by address.
+	Name string
 	// Captured is whether one of tun.routes holds the destination: if
 	// none does, the kernel never sends the flow to the gateway.
 	Captured bool
@@ -232,6 +235,7 @@ type RouteAnswer struct {
 // routeJSON is RouteAnswer's JSON form.
 type routeJSON struct {
 	Destination   netip.AddrPort `json:"destination"`
+	Name          string         `json:"name,omitempty"`
 	Kind          string         `json:"kind"`
 	Via           string         `json:"via,omitempty"`
 	Service       string         `json:"service,omitempty"`
@@ -250,7 +254,7 @@ type routeJSON struct {
 func (a RouteAnswer) MarshalJSON() ([]byte, error) {
 	p := a.Plan
 	j := routeJSON{
-		Destination: p.Dst, Kind: p.Kind.String(), Via: p.Via, Service: p.Service, Host: p.Host,
+		Destination: p.Dst, Name: a.Name, Kind: p.Kind.String(), Via: p.Via, Service: p.Service, Host: p.Host,
 		Endpoint: p.Endpoint, Endpoints: p.Endpoints,
 		HBONEAddress: p.HBONEAddress, Identities: p.Identities, Reason: p.Reason, Captured: a.Captured,
 	}
@@ -292,7 +296,7 @@ func (a *RouteAnswer) UnmarshalJSON(b []byte) error {
 		Kind: kind, Dst: j.Destination, Target: target, HBONEAddress: j.HBONEAddress, Identities: j.Identities,
 		Via: j.Via, Service: j.Service, Host: j.Host, Endpoint: j.Endpoint, EndpointIndex: index,
 		Endpoints: j.Endpoints, Reason: j.Reason,
-	}, Captured: j.Captured}
+	}, Name: j.Name, Captured: j.Captured}
 	return nil
 }
 
@@ -325,12 +329,14 @@ func explain(router *Router, cfg *config.Config, dst netip.AddrPort, endpoint in
 	return a
 }
 
-// serveRoute answers GET /route?dst=IP:PORT[&endpoint=N].
+// serveRoute answers GET /route?dst=IP:PORT[&endpoint=N]; dst may be a
+// service's NAME:PORT too (ExplainName).
 func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	dst, err := netip.ParseAddrPort(q.Get("dst"))
-	if err != nil || dst.Port() == 0 || dst.Addr().Zone() != "" {
-		http.Error(w, fmt.Sprintf("route: dst %q is not IP:PORT (like /route?dst=10.96.0.10:80 or dst=[fd00::5]:80)", q.Get("dst")),
+	name, port, nameErr := SplitNamePort(q.Get("dst"))
+	if (err != nil || dst.Port() == 0 || dst.Addr().Zone() != "") && nameErr != nil {
+		http.Error(w, fmt.Sprintf("route: dst %q is not IP:PORT or NAME:PORT (like /route?dst=10.96.0.10:80, dst=[fd00::5]:80 or dst=web.default.svc.cluster.local:80)", q.Get("dst")),
 			http.StatusBadRequest)
 		return
 	}
@@ -341,7 +347,16 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	b, err := json.MarshalIndent(g.ExplainRoute(dst, endpoint), "", "  ")
+	var answer RouteAnswer
+	if nameErr == nil {
+		if answer, err = g.ExplainName(name, port, endpoint); err != nil {
+			http.Error(w, "route: "+err.Error(), http.StatusNotFound)
+			return
+		}
+	} else {
+		answer = g.ExplainRoute(dst, endpoint)
+	}
+	b, err := json.MarshalIndent(answer, "", "  ")
 	if err != nil {
 		http.Error(w, "route: "+err.Error(), http.StatusInternalServerError)
 		return

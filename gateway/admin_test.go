@@ -326,7 +326,7 @@ func TestRouteEndpoint(t *testing.T) {
 	for _, bad := range []struct{ query, want string }{
 		{"", `dst "" is not IP:PORT`},
 		{"dst=10.96.0.10", `dst "10.96.0.10" is not IP:PORT`},
-		{"dst=web.default:80", "is not IP:PORT"},
+		{"dst=web.default", "is not IP:PORT or NAME:PORT"},
 		{"dst=10.96.0.10:0", "is not IP:PORT"},
 		{"dst=10.96.0.10:80&endpoint=-1", `endpoint "-1"`},
 		{"dst=10.96.0.10:80&endpoint=x", `endpoint "x"`},
@@ -334,6 +334,17 @@ func TestRouteEndpoint(t *testing.T) {
 		if code, body := do(t, http.MethodGet, srv.URL+"/route?"+bad.query); code != http.StatusBadRequest || !strings.Contains(body, bad.want) {
 			t.Errorf("GET /route?%s: %d %q, want 400 with %q", bad.query, code, body, bad.want)
 		}
+	}
+	// A service's name is resolved as the DNS server would; one no
+	// service has is 404, saying so.
+	code, body := do(t, http.MethodGet, srv.URL+"/route?dst=web.default:80")
+	var byName RouteAnswer
+	if err := json.Unmarshal([]byte(body), &byName); code != http.StatusOK || err != nil || byName.Name != "web.default" ||
+		!reflect.DeepEqual(byName.Plan, g.ExplainRoute(netip.MustParseAddrPort("10.96.0.10:80"), 0).Plan) {
+		t.Errorf("GET /route?dst=web.default:80: %d %q, want the plan of 10.96.0.10:80 named web.default", code, body)
+	}
+	if code, body := do(t, http.MethodGet, srv.URL+"/route?dst=nope.default.svc.cluster.local:80"); code != http.StatusNotFound || !strings.Contains(body, `no service in force has the hostname "nope.default.svc.cluster.local"`) {
+		t.Errorf("GET /route for an unknown name: %d %q, want 404 naming it", code, body)
 	}
 	if code, _ := do(t, http.MethodPost, srv.URL+"/route?dst=10.96.0.10:80"); code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /route: %d, want 405", code)

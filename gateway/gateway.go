@@ -159,6 +159,9 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 			g.ownPorts[ap.Port()] = true
 		}
 	}
+	if cfg.DNS.Enabled {
+		g.ownPorts[cfg.DNS.Listen.Port()] = true // its TCP side
+	}
 	return g, nil
 }
 
@@ -436,6 +439,14 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		}
 		closers = append(closers, func() { stack.Close() })
 		g.metrics.stack.Store(stack)
+	}
+	if g.cfg.DNS.Enabled {
+		// After the device: dns.listen is the TUN's address by default.
+		stop, err := g.startDNS()
+		if err != nil {
+			return err
+		}
+		closers = append(closers, stop)
 	}
 
 	serveErr := make(chan error, 1)

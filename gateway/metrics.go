@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/dnsproxy"
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/identity"
 	"github.com/meshtun/meshtun/mesh"
@@ -72,6 +73,7 @@ import (
 // poolFamilies, serverFamilies); the state of the mesh clients, xDS and
 // CA, read from their Stats at scrape time too (meshCollector);
 // meshtun_repairs_total{what}, the TUN's self-repair (repairCollector);
+// the DNS server's queries by result (dnsCollector, dns.go);
 // meshtun_relay_buffers_in_use;
 // meshtun_build_info; and client_golang's Go (go_*) and process
 // (process_*) collectors: goroutines, heap, RSS, open file descriptors.
@@ -160,6 +162,7 @@ type metrics struct {
 	server atomic.Pointer[hbone.Server]
 	stack  atomic.Pointer[netstack.Stack]
 	repair atomic.Pointer[tun.Repairer] // the TUN's self-repair (metrics_repair.go)
+	dns    atomic.Pointer[dnsproxy.Server]
 	// meshStats reads the gateway's merge of the mesh's state (false: the
 	// mesh is off). Set once, before serving.
 	meshStats func() (MeshStats, bool)
@@ -250,6 +253,7 @@ func newMetrics() *metrics {
 		}, families: meshStateFamilies},
 		&meshCollector{xds: statsOf(&m.xds, (*mesh.XDSClient).Stats), ca: statsOf(&m.ca, (*mesh.CertManager).Stats)},
 		&repairCollector{stats: statsOf(&m.repair, (*tun.Repairer).Stats)},
+		&dnsCollector{stats: statsOf(&m.dns, (*dnsproxy.Server).Stats)},
 		buildInfo,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/dnsproxy"
 	"github.com/meshtun/meshtun/mesh"
 )
 
@@ -23,9 +24,10 @@ import (
 // so a flow never sees the router of one config and the policies of
 // another; flows that started earlier keep the snapshot they took.
 //
-// What a reload applies: [[peers]], [[workloads]], [[services]],
+// What a reload applies: [[peers]], [[workloads]], [[services]] (and with
+// them the names the DNS server answers: the snapshot's zone),
 // [[policies]], hbone.serve, gateway.drain_timeout,
-// gateway.max_flows_per_source, log.level and the [gateway] keys
+// gateway.max_flows_per_source, log.level, dns.ttl and the [gateway] keys
 // describing this node's workload (the labels and baggage of new flows),
 // the keys the config schema tags reload:"apply" (config.ReloadApplied). Every
 // other key is bound to something built once at start (the device and its
@@ -55,6 +57,7 @@ type snapshot struct {
 	cfg    *config.Config // in force: restart-only keys keep their values from the start
 	router *Router
 	authz  *Authorizer
+	zone   *dnsproxy.Zone // the names the DNS server answers (dns.go)
 	// endpointTurn holds one round-robin counter per service, by
 	// "namespace/name"; a reload carries the counters of services it keeps.
 	endpointTurn map[string]*atomic.Uint64
@@ -65,6 +68,7 @@ func newSnapshot(cfg *config.Config, prev *snapshot) *snapshot {
 		cfg:          cfg,
 		router:       NewRouter(cfg),
 		authz:        NewAuthorizer(cfg.Policies),
+		zone:         zoneOf(cfg),
 		endpointTurn: make(map[string]*atomic.Uint64),
 	}
 	keep := func(key string) {

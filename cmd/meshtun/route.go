@@ -19,10 +19,12 @@ import (
 	"github.com/meshtun/meshtun/gateway"
 )
 
-// cmdRoute prints what the gateway would do with a flow to IP:PORT: the
-// plan of the same Router the gateway routes with, built from the config
-// file as run parses and checks it (--config; the certificate files are
-// not needed), or asked of a running gateway's admin listener
+// cmdRoute prints what the gateway would do with a flow to IP:PORT (or
+// to a service's NAME:PORT, resolved as the DNS server of [dns] answers
+// it, from the services in force): the plan of the same Router the
+// gateway routes with, built from the config file as run parses and
+// checks it (--config; the certificate files are not needed), or asked of
+// a running gateway's admin listener
 // (--admin; GET /route), which answers with the routes in force, those
 // from istiod included. Both print the same lines. Exit status 0 when the
 // destination is routable, 1 when it is denied (or the config does not
@@ -34,7 +36,7 @@ func cmdRoute(args []string, stdout, stderr io.Writer) error {
 	admin := fs.String("admin", "", "instead of --config: the running gateway's admin.listen host:port, e.g. 127.0.0.1:15000")
 	pick := fs.Int("endpoint", 0, "for a service: which of its endpoints to show, counting from 0 (the gateway takes them in turn)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: meshtun route [--config FILE | --admin HOST:PORT] [--endpoint N] IP:PORT\n\nprints the plan for a flow to IP:PORT (IPv6 as [addr]:port)")
+		fmt.Fprintln(stderr, "usage: meshtun route [--config FILE | --admin HOST:PORT] [--endpoint N] IP:PORT|NAME:PORT\n\nprints the plan for a flow to IP:PORT (IPv6 as [addr]:port), or to a service's NAME:PORT (its hostname or a short form, resolved as [dns] answers it)")
 		fs.PrintDefaults()
 	}
 	// Flags may come after the destination too.
@@ -58,8 +60,10 @@ func cmdRoute(args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	dst, err := netip.ParseAddrPort(rest[0])
-	if err != nil || dst.Port() == 0 || dst.Addr().Zone() != "" {
-		fmt.Fprintf(stderr, "meshtun route: %q is not IP:PORT (like 10.96.0.10:80 or [fd00::5]:80)\n", rest[0])
+	// A service's hostname works too: resolved as the DNS server would.
+	name, port, nameErr := gateway.SplitNamePort(rest[0])
+	if (err != nil || dst.Port() == 0 || dst.Addr().Zone() != "") && nameErr != nil {
+		fmt.Fprintf(stderr, "meshtun route: %q is not IP:PORT or NAME:PORT (like 10.96.0.10:80, [fd00::5]:80 or web.default.svc.cluster.local:80)\n", rest[0])
 		return errUsage
 	}
 	if *pick < 0 {
@@ -79,7 +83,7 @@ func cmdRoute(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "meshtun route: --admin %q: %v\n", *admin, err)
 			return errUsage
 		}
-		if answer, err = fetchRoute(*admin, dst, *pick); err != nil {
+		if answer, err = fetchRoute(*admin, rest[0], *pick); err != nil {
 			fmt.Fprintf(stderr, "meshtun route: admin listener %s: %v\n", *admin, err)
 			return exitError{2}
 		}
@@ -97,7 +101,12 @@ func cmdRoute(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, err)
 			return exitError{1}
 		}
-		answer = gateway.ExplainConfig(cfg, dst, *pick)
+		if nameErr != nil {
+			answer = gateway.ExplainConfig(cfg, dst, *pick)
+		} else if answer, err = gateway.ExplainConfigName(cfg, name, port, *pick); err != nil {
+			fmt.Fprintf(stderr, "meshtun route: %v\n", err)
+			return exitError{1}
+		}
 	}
 	printRoute(stdout, answer)
 	if answer.Kind == gateway.Deny {
@@ -129,8 +138,8 @@ const adminTimeout = 5 * time.Second
 const maxAnswer = 1 << 20
 
 // fetchRoute asks the admin listener at addr for the plan of dst.
-func fetchRoute(addr string, dst netip.AddrPort, endpoint int) (gateway.RouteAnswer, error) {
-	q := url.Values{"dst": {dst.String()}, "endpoint": {strconv.Itoa(endpoint)}}
+func fetchRoute(addr string, dst string, endpoint int) (gateway.RouteAnswer, error) {
+	q := url.Values{"dst": {dst}, "endpoint": {strconv.Itoa(endpoint)}}
 	client := &http.Client{Timeout: adminTimeout}
 	resp, err := client.Get("http://" + addr + "/route?" + q.Encode())
 	if err != nil {
@@ -166,15 +175,20 @@ func fetchRoute(addr string, dst netip.AddrPort, endpoint int) (gateway.RouteAns
 // printRoute writes the plan of a, then a note if the device does not
 // capture the destination: the one printer of --config and --admin.
 func printRoute(w io.Writer, a gateway.RouteAnswer) {
-	printPlan(w, a.Plan)
+	printPlan(w, a)
 	if !a.Captured {
 		fmt.Fprintf(w, "note:        %s is in none of tun.routes: the kernel does not send it to the gateway\n", a.Dst.Addr())
 	}
 }
 
-// printPlan writes plan as aligned "key: value" lines.
-func printPlan(w io.Writer, p gateway.Plan) {
+// printPlan writes a's plan as aligned "key: value" lines, the name
+// asked first.
+func printPlan(w io.Writer, a gateway.RouteAnswer) {
+	p := a.Plan
 	line := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k+":", v) }
+	if a.Name != "" {
+		line("name", a.Name)
+	}
 	line("destination", p.Dst.String())
 	if p.Service != "" {
 		s := p.Service

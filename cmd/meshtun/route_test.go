@@ -101,7 +101,13 @@ func TestRouteCommand(t *testing.T) {
 			"denied:      no service, workload or peer route matches", "note:        172.16.0.1 is in none of tun.routes"}},
 		{name: "no destination", args: []string{"--config", cfg}, wantCode: 2, want: []string{"want one destination", "usage: meshtun route"}},
 		{name: "two destinations", args: []string{"--config", cfg, "10.96.0.10:80", "10.96.0.10:81"}, wantCode: 2, want: []string{"got 2 arguments"}},
-		{name: "not IP:PORT", args: []string{"--config", cfg, "web.default:80"}, wantCode: 2, want: []string{`"web.default:80" is not IP:PORT`}},
+		{name: "service by name", args: []string{"--config", cfg, "web.default.svc.cluster.local:80"}, wantCode: 0, want: []string{
+			"name:        web.default.svc.cluster.local\ndestination: 10.96.0.10:80\n", "endpoint:    default/web (1 of 2"}},
+		{name: "service by short name", args: []string{"--config", cfg, "web.default:80"}, wantCode: 0, want: []string{
+			"name:        web.default\ndestination: 10.96.0.10:80\n"}},
+		{name: "name of no service", args: []string{"--config", cfg, "nope.default:80"}, wantCode: 1, want: []string{
+			`no service in force has the hostname "nope.default"`}},
+		{name: "not IP:PORT", args: []string{"--config", cfg, "web.default"}, wantCode: 2, want: []string{`"web.default" is not IP:PORT or NAME:PORT`}},
 		{name: "no port", args: []string{"--config", cfg, "10.96.0.10"}, wantCode: 2, want: []string{"is not IP:PORT"}},
 		{name: "port 0", args: []string{"--config", cfg, "10.96.0.10:0"}, wantCode: 2, want: []string{"is not IP:PORT"}},
 		{name: "unknown flag", args: []string{"--confg", cfg, "10.96.0.10:80"}, wantCode: 2, want: []string{"flag provided but not defined"}},
@@ -154,7 +160,7 @@ func TestRouteAdmin(t *testing.T) {
 	for _, dst := range [][]string{
 		{"10.96.0.10:80"}, {"10.96.0.10:80", "--endpoint", "1"}, {"10.96.0.10:80", "--endpoint", "3"},
 		{"10.96.0.10:81"}, {"10.96.0.20:5432"}, {"10.244.2.5:9000"}, {"10.244.2.77:443"},
-		{"[fd00:10:244:2::9]:80"}, {"172.16.0.1:80"},
+		{"[fd00:10:244:2::9]:80"}, {"172.16.0.1:80"}, {"web.default.svc.cluster.local:80"}, {"web.default:80", "--endpoint", "1"},
 	} {
 		t.Run(strings.Join(dst, " "), func(t *testing.T) {
 			fileCode, fileOut, fileErr := run(append([]string{"--config", path}, dst...)...)

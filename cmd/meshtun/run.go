@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -16,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/dnsproxy"
 	"github.com/meshtun/meshtun/gateway"
 	"github.com/meshtun/meshtun/mesh"
 	"github.com/meshtun/meshtun/tun"
@@ -303,6 +305,13 @@ func cmdCleanup(args []string, stdout, stderr io.Writer) error {
 			return exitError{1}
 		}
 		dev = cfg.TUN.Name
+	}
+	// systemd-resolved's settings for the link (dns.enabled) go first:
+	// they die with the link, and a link already gone has none.
+	if _, err := net.InterfaceByName(dev); err == nil {
+		if err := dnsproxy.RevertResolved(dev); err != nil {
+			fmt.Fprintf(stderr, "meshtun cleanup: %v\n", err)
+		}
 	}
 	if err := tun.Cleanup(dev); err != nil {
 		return err
