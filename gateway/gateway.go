@@ -51,13 +51,17 @@ type Gateway struct {
 	ownPorts map[uint16]bool
 	ownAddrs map[netip.Addr]bool
 
-	pool     *hbone.Pool
-	server   *hbone.Server
-	ready    atomic.Bool
-	readyCh  chan struct{} // closed once Run is ready
-	draining atomic.Bool
-	flows    flowTable // every open flow; it writes the access log (flows.go)
-	metrics  *metrics  // metrics.go
+	pool    *hbone.Pool
+	server  *hbone.Server
+	ready   atomic.Bool
+	readyCh chan struct{} // closed once Run is ready
+	// serving is set, and servingCh closed, once Run has its device,
+	// stack and listeners up: before ready when it still waits for istiod.
+	serving   atomic.Bool
+	servingCh chan struct{}
+	draining  atomic.Bool
+	flows     flowTable // every open flow; it writes the access log (flows.go)
+	metrics   *metrics  // metrics.go
 
 	// cur is the config, router and policies in force for new flows
 	// (reload.go); Reload swaps it, serialized by reloadMu.
@@ -114,6 +118,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 		ownPorts:  make(map[uint16]bool),
 		ownAddrs:  make(map[netip.Addr]bool),
 		readyCh:   make(chan struct{}),
+		servingCh: make(chan struct{}),
 		metrics:   newMetrics(),
 		meshReady: make(chan struct{}),
 		drainSig:  newDrainSignals(),
@@ -293,9 +298,21 @@ func (s certSource) Current() (*tls.Certificate, *x509.CertPool, time.Time) {
 // (`meshtun route` shows its plans).
 func (g *Gateway) Router() *Router { return g.snapshot().router }
 
-// Ready is closed once Run has its listeners, device and stack up (when
-// readiness starts answering 200): the moment to tell a service manager.
+// Ready is closed once Run has its listeners, device and stack up and,
+// with [mesh] on, its first certificate and istiod's first complete
+// state: when readiness starts answering 200.
 func (g *Gateway) Ready() <-chan struct{} { return g.readyCh }
+
+// Serving is closed once Run has its listeners, device and stack up and
+// serves what it can: the moment to tell a service manager it started.
+// Without [mesh] it comes with Ready; with it, perhaps long before, while
+// istiod does not answer (NotReady says what is missing).
+func (g *Gateway) Serving() <-chan struct{} { return g.servingCh }
+
+// NotReady says what the gateway still waits for before it is ready
+// ("waiting for istiod: …"), "" when nothing (or while draining:
+// "draining").
+func (g *Gateway) NotReady() string { return g.notReady() }
 
 // Identity is the SPIFFE ID this gateway presents (with the mesh on, the
 // one it asks Istio's CA for, even before the first certificate).
@@ -454,6 +471,8 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		routines.Add(1)
 		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
 	}
+	g.serving.Store(true)
+	close(g.servingCh)
 	if g.cfg.Mesh.Enabled() {
 		// Serving what the file gives meanwhile (plain TCP entries;
 		// HBONE handshakes fail with hbone.ErrNoCertificate until the

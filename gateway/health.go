@@ -31,10 +31,11 @@ import (
 //     handshake (so the probe counts as no handshake failure).
 //
 // It returns nil when every part configured passes, else an error naming
-// each part that failed. Before Run is ready and after the drain began it
-// fails. Safe to call concurrently; each call does the whole check.
+// each part that failed. Before Run serves (Serving) and after the drain
+// began it fails; while it waits for istiod it checks the data path as
+// when ready. Safe to call concurrently; each call does the whole check.
 func (g *Gateway) Check(ctx context.Context) error {
-	if !g.ready.Load() || g.draining.Load() {
+	if !g.serving.Load() || g.draining.Load() {
 		return errors.New("gateway: not serving (starting or draining)")
 	}
 	var problems []string

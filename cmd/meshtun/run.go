@@ -135,9 +135,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 	if cfg.Mesh.Enabled() {
 		// The gateway runs at once, istiod reachable or not: it serves
 		// what the file gives, and its HBONE handshakes fail cleanly
-		// until the CA's first certificate is in. Readiness (and
-		// READY=1) waits for that certificate and xDS's first complete
-		// push (Gateway.Run).
+		// until the CA's first certificate is in. READY=1 goes out as it
+		// serves, with a STATUS= saying what it waits for; readiness
+		// (/healthz/ready) waits for that certificate and xDS's first
+		// complete push (Gateway.Run).
 		m, err := startMesh(cfg, g, log)
 		if err != nil {
 			return err
@@ -174,16 +175,30 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		go func() { defer checks.Done(); checked <- wd.run() }()
 	}
 
-	// Draining: SIGTERM (ctx) or POST /quitquitquit.
-	ready, draining := g.Ready(), g.Draining()
+	// Draining: SIGTERM (ctx) or POST /quitquitquit. READY=1 when the
+	// gateway serves; with [mesh] it may be ready (istiod answered) only
+	// later, which STATUS= then says: ready is watched once serving was.
+	serving, draining := g.Serving(), g.Draining()
+	var ready <-chan struct{}
 	for {
 		select {
 		case <-ready:
 			ready = nil
+			if draining == nil {
+				continue
+			}
+			base = "serving, config " + *path
+			notify(sd, log, "STATUS="+wd.status(base))
+		case <-serving:
+			serving = nil
 			if draining == nil { // a SIGTERM during start-up already said STOPPING=1
 				continue
 			}
 			base = "serving, config " + *path
+			if why := g.NotReady(); why != "" {
+				base = "serving the file's entries, " + why
+				ready = g.Ready()
+			}
 			notify(sd, log, "READY=1", "STATUS="+base)
 			if interval > 0 {
 				wd = &watchdog{interval: interval, check: g.Check}
@@ -218,7 +233,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 				log.Warn("reload ignored: draining")
 				continue
 			}
-			if ready != nil { // before READY=1 systemd expects no reload protocol
+			if serving != nil { // before READY=1 systemd expects no reload protocol
 				reload(*path, g, log)
 				continue
 			}
