@@ -25,6 +25,9 @@ const (
 	// churnMaxBytes bounds each flow's random upload and download: flows
 	// of a few round trips, so the churn is in opening and closing.
 	churnMaxBytes = 64 << 10
+	// soakMin is the churn's length from which it samples the gateways
+	// as it goes (make soak).
+	soakMin = time.Minute
 )
 
 // Tolerances of the return to the baseline, once the flows are done and
@@ -238,7 +241,27 @@ func TestEndToEndChurn(t *testing.T) {
 	warnBase := []int{len(gws[tp.A].LogsContaining("WARN")), len(gws[tp.B].LogsContaining("WARN"))}
 
 	start := time.Now()
-	r := churn(tp, target, clients, d)
+	var r *churnResult
+	churned := make(chan struct{})
+	go func() { defer close(churned); r = churn(tp, target, clients, d) }()
+	// A soak (make soak) logs both gateways every tenth of its length:
+	// memory, goroutines and descriptors must plateau, not grow.
+	if d >= soakMin {
+		t.Logf("soak sample every %v: %s baseline %v; %s baseline %v", d/10, tp.A.Name, base[0], tp.B.Name, base[1])
+		tick := time.NewTicker(d / 10)
+	samples:
+		for {
+			select {
+			case <-churned:
+				break samples
+			case <-tick.C:
+				t.Logf("soak t+%v: %s %v; %s %v", time.Since(start).Round(time.Second),
+					tp.A.Name, sampleGateway(t, tp.A), tp.B.Name, sampleGateway(t, tp.B))
+			}
+		}
+		tick.Stop()
+	}
+	<-churned
 	elapsed := time.Since(start)
 	t.Logf("churn: %d clients for %v: %d flows intact (%.1f MiB), %d resets, %d other failures, in %v",
 		clients, d, r.ok.Load(), float64(r.bytes.Load())/(1<<20), r.resets.Load(), r.failures.Load(), elapsed.Round(time.Millisecond))
