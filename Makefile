@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build test test-istiod vet unit demo demo-mesh bench fuzz soak clean
+.PHONY: all build test test-tools test-istiod vet unit demo demo-mesh bench fuzz soak clean
 
 all: build
 
@@ -26,7 +26,7 @@ build:
 ## test: vet, then every test with the race detector. As root, the
 ## namespace tests (TUN, two gateways end to end) run too; without root
 ## they skip and say why. Then test-istiod, below.
-test: vet
+test: vet test-tools
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) test-istiod
 
@@ -39,6 +39,20 @@ test: vet
 ## meshtun binary, not racy code of this module.
 test-istiod:
 	cd interop/istiod && $(GO) vet ./... && $(GO) test -count=1 -timeout 30m ./...
+
+## test-tools: the programs cmd/meshtun's tests run, from Debian's
+## packages when one is missing and apt can (as root): systemd-analyze
+## (package systemd) verifies the unit, nft (nftables) drops packets
+## between the namespaces (tc netem is not in these kernels), dig
+## (bind9-dnsutils) asks the DNS server. A test whose tool is missing
+## fails and names the package.
+TEST_TOOLS := systemd-analyze:systemd nft:nftables dig:bind9-dnsutils
+test-tools:
+	@need=; for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null 2>&1 || need="$$need $${t#*:}"; done; \
+	if [ -n "$$need" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "test-tools: installing$$need"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null; \
+	fi
 
 vet:
 	$(GO) vet ./...

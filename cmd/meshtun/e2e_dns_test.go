@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -141,12 +140,6 @@ func fakeResolvectl(t *testing.T) (log string) {
 // counted and stall nothing, and systemd-resolved is told of the domain
 // and told again to forget it at the stop.
 func TestEndToEndDNS(t *testing.T) {
-	if _, err := exec.LookPath("dig"); err != nil {
-		if os.Getenv("MESHTUN_REQUIRE_INTEROP") != "" {
-			t.Fatalf("the DNS test needs dig (Debian's bind9-dnsutils; .ci/run installs it): %v", err)
-		}
-		t.Skipf("the DNS test needs dig (Debian's bind9-dnsutils): %v", err)
-	}
 	calls := fakeResolvectl(t)
 	var upstreamAt netip.AddrPort
 	bin, dir, tp := twoNodes(t, "mtdns", func(n, s string) string {
@@ -158,6 +151,7 @@ func TestEndToEndDNS(t *testing.T) {
 		// busy machine answers slowly.
 		return s + dnsServices + "\n[dns]\nenabled = true\nupstream = [\"10.244.1.5:53\"]\nrate_limit = 20\n"
 	})
+	needTool(t, "dig", "bind9-dnsutils") // after twoNodes: without root the test skips first
 	up := startDNSUpstream(t, tp.A)
 	upstreamAt = up.addr
 	gwA, _ := startGateways(t, tp, bin, dir)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -361,12 +360,7 @@ func TestEndToEndFaults(t *testing.T) {
 	// segments of one MTU. Pass: every transfer completes with both hashes right, and
 	// the rules did drop packets.
 	t.Run("packet loss between the nodes", func(t *testing.T) {
-		if err := topo.LossAvailable(); err != nil {
-			if os.Getenv("MESHTUN_REQUIRE_INTEROP") == "1" {
-				t.Fatal(err)
-			}
-			t.Skip(err)
-		}
+		needTool(t, "nft", "nftables")
 		for _, pct := range []int{1, 5} { // the ends of the range asked for
 			t.Run(fmt.Sprintf("%d%%", pct), func(t *testing.T) {
 				loss, err := f.tp.DropPercent(pct)

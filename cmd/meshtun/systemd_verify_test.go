@@ -11,19 +11,8 @@ import (
 	"testing"
 )
 
-// systemdAnalyze finds systemd-analyze, skipping without it unless
-// MESHTUN_REQUIRE_INTEROP is set (CI, where .ci/run installs it).
-func systemdAnalyze(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		if os.Getenv("MESHTUN_REQUIRE_INTEROP") != "" {
-			t.Fatalf("systemd-analyze is not on PATH (MESHTUN_REQUIRE_INTEROP is set; .ci/run installs package systemd): %v", err)
-		}
-		t.Skipf("systemd-analyze (package systemd) is not on PATH: %v", err)
-	}
-	return p
-}
+// systemdAnalyze finds systemd-analyze (package systemd).
+func systemdAnalyze(t *testing.T) string { return needTool(t, "systemd-analyze", "systemd") }
 
 // systemdVersion is the major version systemd-analyze reports
 // ("systemd 252 (252.38-1~deb12u1)").
