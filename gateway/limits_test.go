@@ -37,18 +37,7 @@ func endFlow(t *testing.T, r *fakeRequest) {
 func TestOutboundFlowsPerSource(t *testing.T) {
 	e := newOutboundEnv(t, "")
 	withFlowsPerSource(t, e.a, 1)
-	first := newFakeRequest(t, echo(t))
-	e.a.serveOutbound(first)
-	if acc, _ := first.decisions(); acc != 1 {
-		t.Fatal("the first flow was not accepted")
-	}
-
-	overTarget := echo(t)
-	over := newFakeRequest(t, overTarget)
-	e.a.serveOutbound(over)
-	if acc, rej := over.decisions(); acc != 0 || rej != 1 {
-		t.Fatalf("a second flow from %s: %d accepts, %d rejects; want a RST", over.src, acc, rej)
-	}
+	first, _, overTarget := oneFlowThenOver(t, e)
 	wantIn(t, accessLine(t, e.aLogs, overTarget), "[WARN]", "direction=outbound", "response_flags=OVERFLOW",
 		"dst.hbone_addr=-", "gateway.max_flows_per_source")
 	if n := e.a.flows.refusedOverLimit(outbound); n != 1 {
@@ -79,17 +68,7 @@ func TestOutboundFlowsPerSource(t *testing.T) {
 func TestInboundFlowsPerSource(t *testing.T) {
 	e := newOutboundEnv(t, "")
 	withFlowsPerSource(t, e.g, 1)
-	first := newFakeRequest(t, echo(t))
-	e.a.serveOutbound(first)
-	if acc, _ := first.decisions(); acc != 1 {
-		t.Fatal("the first flow was not accepted")
-	}
-	overTarget := echo(t)
-	over := newFakeRequest(t, overTarget)
-	e.a.serveOutbound(over)
-	if acc, rej := over.decisions(); acc != 0 || rej != 1 {
-		t.Fatalf("a second flow from %s: %d accepts, %d rejects; want a RST", over.src, acc, rej)
-	}
+	first, over, overTarget := oneFlowThenOver(t, e)
 	wantIn(t, accessLine(t, e.aLogs, overTarget), "direction=outbound", "response_flags=CONNECT", "503")
 	wantIn(t, accessLine(t, e.logs, overTarget), "direction=inbound", "response_flags=OVERFLOW",
 		"src.addr="+over.src.String(), "gateway.max_flows_per_source")
@@ -97,6 +76,25 @@ func TestInboundFlowsPerSource(t *testing.T) {
 		t.Errorf("%d inbound flows counted over the limit, want 1", n)
 	}
 	endFlow(t, first)
+}
+
+// oneFlowThenOver opens one flow through gateway A, accepted and left
+// open, then a second from the same source, which must be refused (a RST
+// to the application): the two flows, and the second one's target.
+func oneFlowThenOver(t *testing.T, e *outboundEnv) (first, over *fakeRequest, overTarget netip.AddrPort) {
+	t.Helper()
+	first = newFakeRequest(t, echo(t))
+	e.a.serveOutbound(first)
+	if acc, _ := first.decisions(); acc != 1 {
+		t.Fatal("the first flow was not accepted")
+	}
+	overTarget = echo(t)
+	over = newFakeRequest(t, overTarget)
+	e.a.serveOutbound(over)
+	if acc, rej := over.decisions(); acc != 0 || rej != 1 {
+		t.Fatalf("a second flow from %s: %d accepts, %d rejects; want a RST", over.src, acc, rej)
+	}
+	return first, over, overTarget
 }
 
 // waitFlowsAtMost waits until at most n flows of direction are open.
