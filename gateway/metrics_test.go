@@ -575,21 +575,6 @@ func TestMetricsFamilies(t *testing.T) {
 // Each field of the packages' Stats lands in its own family: the tables
 // are fed values that differ from field to field.
 func TestMetricsStatsTables(t *testing.T) {
-	gather := func(c prometheus.Collector) map[string]float64 {
-		t.Helper()
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(c)
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]float64{}
-		for _, f := range families {
-			m := f.GetMetric()[0]
-			out[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-		return out
-	}
 	running := func(s netstack.Stats) func() (netstack.Stats, bool) {
 		return func() (netstack.Stats, bool) { return s, true }
 	}
@@ -632,7 +617,7 @@ func TestMetricsStatsTables(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := gather(c.c); !maps.Equal(got, c.want) {
+			if got := gatherSeries(t, c.c); !maps.Equal(got, c.want) {
 				t.Errorf("gathered %v, want %v", got, c.want)
 			}
 		})
