@@ -248,8 +248,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.isClosing() {
 				return errServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || isTemporaryAccept(err) {
+			if isTimeout(err) || isTemporaryAccept(err) {
 				// Out of file descriptors and the like: wait and retry, as
 				// net/http does, rather than spin or give up.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
