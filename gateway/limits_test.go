@@ -97,7 +97,8 @@ func oneFlowThenOver(t *testing.T, e *outboundEnv) (first, over *fakeRequest, ov
 	return first, over, overTarget
 }
 
-// waitFlowsAtMost waits until at most n flows of direction are open.
+// waitFlowsAtMost waits until at most n flows of direction are open (a
+// flow's line is logged just before it leaves the table).
 func waitFlowsAtMost(t *testing.T, ft *flowTable, direction string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
