@@ -55,9 +55,8 @@ type Gateway struct {
 	server  *hbone.Server
 	ready   atomic.Bool
 	readyCh chan struct{} // closed once Run is ready
-	// serving is set, and servingCh closed, once Run has its device,
-	// stack and listeners up: before ready when it still waits for istiod.
-	serving   atomic.Bool
+	// servingCh is closed once Run has its device, stack and listeners
+	// up: before ready when it still waits for istiod.
 	servingCh chan struct{}
 	draining  atomic.Bool
 	flows     flowTable // every open flow; it writes the access log (flows.go)
@@ -471,7 +470,6 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		routines.Add(1)
 		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
 	}
-	g.serving.Store(true)
 	close(g.servingCh)
 	if g.cfg.Mesh.Enabled() {
 		// Serving what the file gives meanwhile (plain TCP entries;

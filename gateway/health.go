@@ -35,8 +35,13 @@ import (
 // began it fails; while it waits for istiod it checks the data path as
 // when ready. Safe to call concurrently; each call does the whole check.
 func (g *Gateway) Check(ctx context.Context) error {
-	if !g.serving.Load() || g.draining.Load() {
-		return errors.New("gateway: not serving (starting or draining)")
+	select {
+	case <-g.servingCh:
+	default:
+		return errors.New("gateway: not serving yet (starting)")
+	}
+	if g.draining.Load() {
+		return errors.New("gateway: not serving (draining)")
 	}
 	var problems []string
 	if name := g.cfg.TUN.Name; name != "" {
