@@ -34,6 +34,11 @@ type Config struct {
 	// ProfileSeconds long, taken during every measurement on the pair.
 	Profile        string
 	ProfileSeconds int
+	// Trace, with Profile, takes a Go execution trace of each gateway
+	// (/debug/pprof/trace) instead of the CPU profile, as
+	// <scenario>-<n>-<node>.trace: where each goroutine waited and woke
+	// (read with go tool trace).
+	Trace bool
 }
 
 // DefaultConfig is the full bench (`make bench`).
@@ -71,6 +76,9 @@ func (c Config) check() error {
 	}
 	if max := ManyPrefix.Bits(); c.IPs > len(manyAddrs(1<<(32-max))) {
 		errs = append(errs, fmt.Errorf("ips must be ≤ %d (the addresses of %s)", len(manyAddrs(1<<(32-max))), ManyPrefix))
+	}
+	if c.Trace && c.Profile == "" {
+		errs = append(errs, errors.New("trace needs profile (the directory the traces go to)"))
 	}
 	if c.Profile != "" && c.ProfileSeconds < 1 {
 		errs = append(errs, errors.New("profile-seconds must be ≥ 1"))

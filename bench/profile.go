@@ -19,9 +19,9 @@ import (
 // under /debug/pprof/).
 const adminAddr = "127.0.0.1:15000"
 
-// profileGateways starts a CPU profile of both gateways of p for
-// cfg.ProfileSeconds, written to cfg.Profile as
-// <scenario>-<n>-<node>.pprof; the returned wait blocks until both are
+// profileGateways starts a CPU profile (with cfg.Trace an execution
+// trace) of both gateways of p for cfg.ProfileSeconds, written to
+// cfg.Profile as <scenario>-<n>-<node>.pprof (.trace); the returned wait blocks until both are
 // written and reports the first error. A measurement shorter than the
 // profile leaves idle time in it (percentages of the busy part are what
 // matter; raise -bulk to fill it).
@@ -35,12 +35,16 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 		errs  = make([]error, 2)
 	)
 	for i, n := range []*topo.Node{p.tp.A, p.tp.B} {
-		file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s.pprof", e.scenario, e.profileSeq, n.Name))
+		kind, ext := "profile", "pprof"
+		if e.cfg.Trace {
+			kind, ext = "trace", "trace"
+		}
+		file := filepath.Join(e.cfg.Profile, fmt.Sprintf("%s-%d-%s.%s", e.scenario, e.profileSeq, n.Name, ext))
 		files = append(files, file)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = fetchProfile(ctx, n, fmt.Sprintf("profile?seconds=%d", secs), secs, file)
+			errs[i] = fetchProfile(ctx, n, fmt.Sprintf("%s?seconds=%d", kind, secs), secs, file)
 		}()
 	}
 	// The progress is written here, by the measuring goroutine, never by

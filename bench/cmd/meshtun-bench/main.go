@@ -41,6 +41,7 @@ func run() int {
 	flag.IntVar(&cfg.Spread, "spread", cfg.Spread, "hbone.conns_per_peer of the gateways in bulk8-spread")
 	flag.StringVar(&cfg.Out, "out", cfg.Out, "directory for the JSON results (empty: none)")
 	flag.StringVar(&cfg.Profile, "profile", "", "directory for CPU profiles of both gateways taken during each measurement on the pair (use with -runs 1)")
+	flag.BoolVar(&cfg.Trace, "trace", false, "with -profile: an execution trace of each gateway instead of the CPU profile (go tool trace)")
 	flag.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each profile; a shorter measurement leaves idle time in it")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temp dir (configs, certificates, gateway logs)")
 	flag.Parse()
