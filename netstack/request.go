@@ -1,8 +1,10 @@
 package netstack
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -155,6 +157,24 @@ func (c *Conn) WaitRead() error {
 		<-ch
 	}
 	return nil
+}
+
+// TryWrite writes what of p fits in the send buffer now, without
+// waiting: 0 and no error when it is full. It goes out on the caller's
+// goroutine, as Write does. Errors are those of Write (a reset or closed
+// connection).
+func (c *Conn) TryWrite(p []byte) (int, error) {
+	if c.ep == nil {
+		return c.Write(p)
+	}
+	var r bytes.Reader
+	r.Reset(p)
+	n, err := c.ep.Write(&r, tcpip.WriteOptions{})
+	switch err.(type) {
+	case nil, *tcpip.ErrWouldBlock:
+		return int(n), nil
+	}
+	return int(n), &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: toError(err)}
 }
 
 // Reset aborts the connection with a RST (SO_LINGER 0, then Close), so a
