@@ -56,7 +56,10 @@
 // so the TLS records of one flush leave in one write(2); received DATA
 // waits in pooled chunks that an idle stream does not hold, credited back
 // as it is read, and WriteBufferedTo writes them to the destination
-// outside the connection's lock. PoolOptions.ConnsPerKey spreads busy
+// outside the connection's lock. Latency: a small DATA frame that arrives
+// while WriteBufferedTo waits is written into a destination that can take
+// it without blocking (TryWriter) by the reader itself, so an exchange of
+// small messages wakes no stream goroutine (h2stream.go). PoolOptions.ConnsPerKey spreads busy
 // flows over a few connections (pool.go, invariant 7). Benchmarks:
 // pool_bench_test.go, server_bench_test.go.
 //

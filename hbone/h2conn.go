@@ -629,17 +629,51 @@ func (c *h2Conn) onData(f *http2.DataFrame) error {
 	}
 	st.recvWin -= n
 	data := f.Data()
-	if len(data) > 0 {
-		st.buf.write(data)
-	}
 	if pad := n - int64(len(data)); pad > 0 {
 		st.creditLocked(pad)
 	}
+	wake := true
+	if len(data) > 0 && len(data) <= sinkMax && st.sink != nil && st.buf.n == 0 && !st.sinking {
+		data, wake = c.sinkLocked(st, data)
+	}
+	if len(data) > 0 {
+		st.buf.write(data)
+	}
 	if f.StreamEnded() {
 		c.endRecvLocked(st)
+		wake = true
 	}
-	st.readCond.Broadcast()
+	if wake {
+		st.readCond.Broadcast()
+	}
 	return nil
+}
+
+// sinkLocked writes data straight into the destination of st's waiting
+// WriteBufferedTo (run to completion), without c.mu for the write, and
+// returns what the destination did not take, to be buffered, and whether
+// WriteBufferedTo must be woken. A stream that failed meanwhile has its
+// rest dropped and credited, as failLocked does with buffered data.
+func (c *h2Conn) sinkLocked(st *h2Stream, data []byte) ([]byte, bool) {
+	sink := st.sink
+	st.sinking = true
+	c.mu.Unlock()
+	k, err := sink.TryWrite(data)
+	c.mu.Lock()
+	st.sinking = false
+	st.sunk += int64(k)
+	st.creditLocked(int64(k))
+	data = data[k:]
+	if err != nil {
+		st.sinkErr = err
+	}
+	if st.reset {
+		c.connCreditLocked(int64(len(data)))
+		return nil, true
+	}
+	// Woken only when something is left for it: a rest to write, or an
+	// error to return. What the reader wrote is reported later.
+	return data, len(data) > 0 || err != nil
 }
 
 // onStreamError handles a frame the Framer found malformed for one stream

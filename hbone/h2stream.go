@@ -46,8 +46,18 @@ type h2Stream struct {
 	rerr       error // Read's error once buf is empty (io.EOF after END_STREAM)
 	werr       error // Write's error
 	readDone   bool  // Read returned a final error (for onRelease)
-	writeEnd   bool  // CloseWrite was called (for onRelease)
-	released   bool  // onRelease was called, or is not to be
+	// Run to completion (WriteBufferedTo with a TryWriter): sink is the
+	// destination while WriteBufferedTo waits with nothing buffered,
+	// sinking is set while the reader writes a DATA payload into it
+	// without the lock, sunk counts those bytes until WriteBufferedTo
+	// reports them, and sinkErr is the destination's error from such a
+	// write, returned by the next WriteBufferedTo.
+	sink     TryWriter
+	sinking  bool
+	sunk     int64
+	sinkErr  error
+	writeEnd bool // CloseWrite was called (for onRelease)
+	released bool // onRelease was called, or is not to be
 }
 
 // Errors of a stream's Read and Write that callers do not branch on (a
@@ -114,9 +124,32 @@ func (s *h2Stream) Read(b []byte) (int, error) {
 // to the peer) when they are taken, before w is written; w is written
 // without the connection's lock, so a slow w does not hold up the
 // connection. It must not be called concurrently with itself or Read.
+//
+// When w is a TryWriter, the connection's reader writes DATA that
+// arrives while WriteBufferedTo waits with nothing buffered straight into
+// w with TryWrite, on the reader's own goroutine, and WriteBufferedTo
+// stays asleep: no goroutine hand-off per frame on a flow that keeps up
+// (docs/field-notes.md, "Latency through the pair"). What TryWrite does not take is
+// buffered and wakes WriteBufferedTo as before. The bytes the reader
+// wrote count in what WriteBufferedTo returns next, and an error of
+// TryWrite comes back from it as an error of w.
 func (s *h2Stream) WriteBufferedTo(w io.Writer) (int64, error) {
 	c := s.c
+	tw, _ := w.(TryWriter)
 	c.mu.Lock()
+	for s.sinking || (s.buf.n == 0 && s.rerr == nil && s.sinkErr == nil && s.sunk == 0) {
+		s.sink = tw
+		s.readCond.Wait()
+	}
+	s.sink = nil
+	if sunk, err := s.sunk, s.sinkErr; sunk > 0 || err != nil {
+		s.sunk, s.sinkErr = 0, nil
+		c.mu.Unlock()
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return sunk, err
+	}
 	if err := s.awaitDataLocked(); err != nil {
 		return 0, err
 	}
@@ -127,6 +160,22 @@ func (s *h2Stream) WriteBufferedTo(w io.Writer) (int64, error) {
 	c.writeQueued()
 	return t.writeTo(w)
 }
+
+// TryWriter is a destination that can take bytes without blocking:
+// TryWrite writes what fits now (possibly nothing) and returns at once,
+// with an error only when the destination failed. The gateway's kernel
+// sockets and netstack connections have it.
+type TryWriter interface {
+	io.Writer
+	TryWrite(p []byte) (int, error)
+}
+
+// sinkMax is the largest DATA payload the reader writes into a waiting
+// destination itself. Larger frames are bulk: they go to the stream's
+// own goroutine, so that writing one out overlaps with reading and
+// decrypting the next: with 64 KiB, bulk flows lost 10 % of their
+// throughput (docs/field-notes.md, "Latency through the pair").
+const sinkMax = 16 << 10
 
 // awaitDataLocked waits, under c.mu, until received data, EOF or an
 // error is there. With data it returns nil and c.mu still held. With none
