@@ -238,14 +238,29 @@ type bufferedWriterTo interface {
 
 // copyBuffered is copyHalf for a bufferedWriterTo source: no copy buffer
 // at all, so an idle direction holds none, and the received bytes are
-// written from the source's own buffers.
+// written from the source's own buffers. Where dst can take bytes without
+// blocking (kernel TCP, netstack), the source's reader writes what
+// arrives while this direction waits straight into dst (see
+// hbone.TryWriter): the bytes it wrote are counted as it writes them.
 func copyBuffered(dst conn, src bufferedWriterTo, live byteCounter) (int64, error) {
-	var n int64
+	var (
+		n int64
+		w io.Writer = dst
+	)
+	sk := sinkOf(dst, live)
+	if sk != nil {
+		w = sk
+	}
 	for {
-		nw, err := src.WriteBufferedTo(dst)
+		nw, err := src.WriteBufferedTo(w)
 		n += nw
-		if live != nil && nw > 0 {
-			live.Add(float64(nw))
+		if live != nil {
+			if sk != nil {
+				nw -= sk.takeTried() // counted by TryWrite
+			}
+			if nw > 0 {
+				live.Add(float64(nw))
+			}
 		}
 		if err == io.EOF {
 			return n, dst.CloseWrite()
@@ -254,6 +269,101 @@ func copyBuffered(dst conn, src bufferedWriterTo, live byteCounter) (int64, erro
 			return n, err
 		}
 	}
+}
+
+// sink is a relay destination that can take bytes without blocking
+// (hbone.TryWriter): TryWrite runs on the HBONE connection's reader
+// goroutine and counts what it wrote as it writes it (sinkCount); the
+// stream's own goroutine writes with Write.
+type sink interface {
+	io.Writer
+	TryWrite(p []byte) (int, error)
+	// takeTried returns the bytes TryWrite wrote since the last call:
+	// WriteBufferedTo reports them too, and they are counted already.
+	takeTried() int64
+}
+
+// sinkCount counts the bytes a sink's TryWrite wrote.
+type sinkCount struct {
+	live  byteCounter
+	tried atomic.Int64
+}
+
+func (s *sinkCount) add(n int) {
+	if n > 0 {
+		s.tried.Add(int64(n))
+		if s.live != nil {
+			s.live.Add(float64(n))
+		}
+	}
+}
+
+func (s *sinkCount) takeTried() int64 { return s.tried.Swap(0) }
+
+// sinkOf returns dst as a sink, or nil if it cannot write without
+// blocking.
+func sinkOf(dst conn, live byteCounter) sink {
+	switch c := dst.(type) {
+	case *net.TCPConn:
+		rc, err := c.SyscallConn()
+		if err != nil {
+			return nil
+		}
+		return &tcpSink{TCPConn: c, rc: rc, sinkCount: sinkCount{live: live}}
+	case interface{ TryWrite([]byte) (int, error) }: // netstack.Conn
+		return &trySink{conn: dst, try: c.TryWrite, sinkCount: sinkCount{live: live}}
+	}
+	return nil
+}
+
+// trySink is the sink of a destination with a TryWrite of its own
+// (netstack.Conn).
+type trySink struct {
+	conn
+	try func([]byte) (int, error)
+	sinkCount
+}
+
+func (t *trySink) TryWrite(p []byte) (int, error) {
+	n, err := t.try(p)
+	t.add(n)
+	return n, err
+}
+
+// tcpSink is the sink of a kernel TCP socket: one write(2) that returns at
+// EAGAIN instead of parking in the poller. The socket is embedded as
+// itself, so the stream's goroutine keeps its writev (net.Buffers).
+type tcpSink struct {
+	*net.TCPConn
+	rc syscall.RawConn
+	sinkCount
+}
+
+func (t *tcpSink) TryWrite(p []byte) (int, error) {
+	var (
+		n    int
+		werr error
+	)
+	err := t.rc.Write(func(fd uintptr) bool {
+		for {
+			m, err := unix.Write(int(fd), p)
+			switch err {
+			case unix.EINTR:
+				continue
+			case nil:
+				n = m
+			case unix.EAGAIN:
+			default:
+				werr = os.NewSyscallError("write", err)
+			}
+			return true
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	t.add(n)
+	return n, err
 }
 
 // pooledReaderOf returns, for a source that can wait for readiness

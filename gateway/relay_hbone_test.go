@@ -139,3 +139,64 @@ func TestRelayOverHBONEReset(t *testing.T) {
 		t.Fatalf("app read after the target's reset: %v, want a reset", err)
 	}
 }
+
+// A ping-pong of small messages through both relays: each echo goes from
+// the HBONE reader straight into the app's and the target's sockets (run
+// to completion, see copyBuffered), and the live counters and the relay's
+// result still count every byte exactly once.
+func TestRelayOverHBONEPingPong(t *testing.T) {
+	e := newReloadEnv(t, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	stream, err := e.connect(ln.Addr().(*net.TCPAddr).AddrPort())
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, a := tcpPair(t)
+	var up, down liveCount
+	done := make(chan relayResult, 1)
+	startRelay(a, stream, relayCounters{aToB: &up, bToA: &down}, func(r relayResult) { done <- r })
+
+	const rounds, size = 300, 100
+	app.SetDeadline(time.Now().Add(30 * time.Second))
+	msg, back := make([]byte, size), make([]byte, size)
+	for i := range rounds {
+		rand.Read(msg)
+		if _, err := app.Write(msg); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if _, err := io.ReadFull(app, back); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		if !bytes.Equal(msg, back) {
+			t.Fatalf("round %d: echo corrupted", i)
+		}
+	}
+	app.CloseWrite()
+	if n, err := app.Read(back); err != io.EOF {
+		t.Fatalf("after the last round: read %d bytes, %v; want io.EOF", n, err)
+	}
+	select {
+	case r := <-done:
+		if r.Err != nil || r.AToB != rounds*size || r.BToA != rounds*size {
+			t.Fatalf("relay result %+v, want %d bytes each way", r, rounds*size)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("relay did not end")
+	}
+	if up.Load() != rounds*size || down.Load() != rounds*size {
+		t.Fatalf("live counts %d/%d, want %d each way", up.Load(), down.Load(), rounds*size)
+	}
+}
