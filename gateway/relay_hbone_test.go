@@ -6,8 +6,12 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // halfCloseTarget accepts one connection at a time: it reads the request
@@ -184,6 +188,7 @@ func TestRelayOverHBONEPingPong(t *testing.T) {
 			t.Fatalf("round %d: echo corrupted", i)
 		}
 	}
+	checkNoDelay(t)
 	app.CloseWrite()
 	if n, err := app.Read(back); err != io.EOF {
 		t.Fatalf("after the last round: read %d bytes, %v; want io.EOF", n, err)
@@ -198,5 +203,52 @@ func TestRelayOverHBONEPingPong(t *testing.T) {
 	}
 	if up.Load() != rounds*size || down.Load() != rounds*size {
 		t.Fatalf("live counts %d/%d, want %d each way", up.Load(), down.Load(), rounds*size)
+	}
+}
+
+// checkNoDelay fails the test unless every connected TCP socket of this
+// process has Nagle off (TCP_NODELAY): the HBONE connection's both ends,
+// the dial to the target, the target's and the app's sockets. Go sets it
+// on every TCP connection it makes; this pins it, since Nagle with a
+// delayed ACK costs ≈ 40 ms per exchange (ztunnel lost that once).
+func checkNoDelay(t *testing.T) {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_STREAM {
+			continue // not a socket (or gone), or not a stream socket
+		}
+		if _, err := unix.Getpeername(fd); err != nil {
+			continue // a listener
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			continue
+		}
+		switch sa.(type) {
+		case *unix.SockaddrInet4, *unix.SockaddrInet6:
+		default:
+			continue // a Unix socket
+		}
+		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		if err != nil {
+			continue
+		}
+		if v == 0 {
+			t.Errorf("TCP socket fd %d has Nagle on (TCP_NODELAY 0)", fd)
+		}
+		checked++
+	}
+	// app ⇄ relay (2), gateway → HBONE server (2), inbound → target (2).
+	if checked < 6 {
+		t.Fatalf("checked %d connected TCP sockets, want at least the 6 of the flow", checked)
 	}
 }
