@@ -127,7 +127,7 @@ func TestTinyBench(t *testing.T) {
 			t.Errorf("target %q not measured", tr.Name)
 		}
 	}
-	for _, want := range []string{"pair median", "target (issue 4)", "run 1/1 pair", "run 1/1 kernel"} {
+	for _, want := range []string{"pair median", "target (" + TargetsIssue + ")", "run 1/1 pair", "run 1/1 kernel"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
