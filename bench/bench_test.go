@@ -217,3 +217,40 @@ func TestBenchProfile(t *testing.T) {
 		t.Errorf("the progress does not name the profiles:\n%s", out.String())
 	}
 }
+
+// TestBenchTrace checks -trace on the rr scenario: an execution trace per
+// gateway, from which RoundTrips cuts complete round trips (every cut
+// point found, in order, across both processes).
+func TestBenchTrace(t *testing.T) {
+	cfg, dir := testConfig(t)
+	cfg.Scenarios = []string{"rr"}
+	cfg.Runs = 1
+	cfg.RR = 3000
+	cfg.Out = ""
+	cfg.Profile = filepath.Join(dir, "traces")
+	cfg.ProfileSeconds = 1
+	cfg.Trace = true
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	_, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acct bytes.Buffer
+	n, err := RoundTrips(filepath.Join(cfg.Profile, "rr-1-node-a.trace"), filepath.Join(cfg.Profile, "rr-1-node-b.trace"), &acct)
+	t.Log("\n" + acct.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 {
+		t.Fatalf("%d complete round trips in one second of traces, want at least 100", n)
+	}
+	for _, seg := range rttSegments {
+		if !strings.Contains(acct.String(), seg) {
+			t.Errorf("the account has no line for %q", seg)
+		}
+	}
+}
