@@ -125,14 +125,15 @@ func (s *h2Stream) Read(b []byte) (int, error) {
 // without the connection's lock, so a slow w does not hold up the
 // connection. It must not be called concurrently with itself or Read.
 //
-// When w is a TryWriter, the connection's reader writes DATA that
-// arrives while WriteBufferedTo waits with nothing buffered straight into
-// w with TryWrite, on the reader's own goroutine, and WriteBufferedTo
-// stays asleep: no goroutine hand-off per frame on a flow that keeps up
-// (docs/field-notes.md, "Latency through the pair"). What TryWrite does not take is
-// buffered and wakes WriteBufferedTo as before. The bytes the reader
-// wrote count in what WriteBufferedTo returns next, and an error of
-// TryWrite comes back from it as an error of w.
+// When w is a TryWriter, the connection's reader writes DATA of up to
+// sinkMax bytes that arrives while WriteBufferedTo waits with nothing
+// buffered straight into w with TryWrite, on the reader's own goroutine,
+// and WriteBufferedTo stays asleep: no goroutine hand-off per frame on a
+// flow that keeps up (docs/field-notes.md, "Latency through the pair").
+// What TryWrite does not take is buffered and wakes WriteBufferedTo as
+// before. The bytes the reader wrote count in what WriteBufferedTo
+// returns next, and an error of TryWrite comes back from it as an error
+// of w.
 func (s *h2Stream) WriteBufferedTo(w io.Writer) (int64, error) {
 	c := s.c
 	tw, _ := w.(TryWriter)

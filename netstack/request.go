@@ -165,7 +165,7 @@ func (c *Conn) WaitRead() error {
 // connection).
 func (c *Conn) TryWrite(p []byte) (int, error) {
 	if c.ep == nil {
-		return c.Write(p)
+		return 0, errors.New("netstack: TryWrite on a Conn not made by Accept")
 	}
 	var r bytes.Reader
 	r.Reset(p)
