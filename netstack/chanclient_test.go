@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -137,5 +138,47 @@ func TestChanHalfClose(t *testing.T) {
 			e := newChanEnv(t, netstack.Options{Handler: halfCloseHandler(t, request, reply)})
 			checkHalfClose(t, newChanClient(t, e).dial(t, fam.dst), request, reply)
 		})
+	}
+}
+
+// TestChanTryWrite: TryWrite takes what the send buffer holds and then
+// returns 0 without waiting, against a peer that acknowledges nothing;
+// after Close it fails.
+func TestChanTryWrite(t *testing.T) {
+	fam := chanFamilies[0]
+	_, _, c := connected(t, fam.src, fam.dst)
+	done := make(chan error, 1)
+	var took int
+	go func() {
+		chunk := make([]byte, 64<<10)
+		for range 1024 { // 64 MiB: far above any send buffer
+			n, err := c.TryWrite(chunk)
+			took += n
+			if err != nil {
+				done <- err
+				return
+			}
+			if n == 0 {
+				done <- nil
+				return
+			}
+		}
+		done <- errors.New("TryWrite still took data after 64 MiB with nothing acknowledged")
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("TryWrite blocked")
+	}
+	if took == 0 {
+		t.Fatal("TryWrite took nothing on a fresh connection")
+	}
+	t.Logf("the send buffer took %d bytes", took)
+	c.Close()
+	if n, err := c.TryWrite([]byte("x")); err == nil {
+		t.Fatalf("TryWrite after Close: %d, nil; want an error", n)
 	}
 }
