@@ -114,8 +114,10 @@ func TestTargets(t *testing.T) {
 		{Key: "bulk1.up", PairS: Stats{N: 3, Median: 4}, KernelS: Stats{N: 3, Median: 10}, Ratio: 0.4,
 			PairCPU: CPU{GatewayA: 2, GatewayB: 2}},
 		{Key: "conn1ip", PairS: Stats{N: 3, Median: 1000}, KernelS: Stats{N: 3, Median: 5000}, Ratio: 0.2},
-		{Key: "connmany", PairS: Stats{N: 3, Median: 900}},
+		{Key: "rr.p50", PairS: Stats{N: 3, Median: 70}, KernelS: Stats{N: 3, Median: 20}, Ratio: 3.5},
+		{Key: "rr.p99", PairS: Stats{N: 3, Median: 350}, KernelS: Stats{N: 3, Median: 50}, Ratio: 7},
 		{Key: "idle.gw_a", PairS: Stats{N: 3, Median: 32}},
+		{Key: "idle.gw_b", PairS: Stats{N: 3, Median: 12}},
 	}
 	got := map[string]TargetResult{}
 	for _, r := range evalTargets(figs) {
@@ -129,10 +131,12 @@ func TestTargets(t *testing.T) {
 		{"one bulk flow up, pair ÷ kernel", true, true, 0.4},
 		{"one bulk flow down, pair ÷ kernel", false, false, 0},
 		{"CPU-s/GiB both gateways, bulk1 up", true, false, 4},
+		{"CPU-s/GiB both gateways, bulk1-mss down", false, false, 0},
 		{"connection rate, pair ÷ kernel", true, false, 0.2},
-		{"connection rate, many IPs ÷ 1 IP (pair)", true, true, 0.9},
-		{"RSS per idle flow, gateway A (KiB)", true, true, 32},
-		{"RSS per idle flow, gateway B (KiB)", false, false, 0},
+		{"p50 latency (64 B rr), pair ÷ kernel", true, true, 3.5},
+		{"p99 latency (64 B rr), pair ÷ kernel", true, false, 7},
+		{"RSS per idle flow, gateway A (KiB; was 20.1)", true, false, 32},
+		{"RSS per idle flow, gateway B (KiB; was 11.9)", true, true, 12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, ok := got[tc.name]
