@@ -122,13 +122,7 @@ type drainResult struct {
 // WriteBufferedTo never wakes until the end; what it returns then counts
 // every byte, and the bytes are in order.
 func TestWriteBufferedToSinkRunsToCompletion(t *testing.T) {
-	e := newSrvTest(t, srvEcho, nil)
-	pool := newSrvPool(t, e)
-	s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srvStream(t, srvEcho)
 	sk := newRecordingSink(0)
 	done := drainTo(s, sk)
 	waitParked(t, s)
@@ -162,13 +156,7 @@ func TestWriteBufferedToSinkRunsToCompletion(t *testing.T) {
 // stream's goroutine (woken for it), in order; a frame above sinkMax is
 // never handed to TryWrite.
 func TestWriteBufferedToSinkPartialAndLarge(t *testing.T) {
-	e := newSrvTest(t, srvEcho, nil)
-	pool := newSrvPool(t, e)
-	s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srvStream(t, srvEcho)
 	sk := newRecordingSink(7)
 	done := drainTo(s, sk)
 	waitParked(t, s)
@@ -208,13 +196,7 @@ func TestWriteBufferedToSinkPartialAndLarge(t *testing.T) {
 // A destination whose TryWrite fails wakes WriteBufferedTo with that
 // error, as a failing Write would.
 func TestWriteBufferedToSinkError(t *testing.T) {
-	e := newSrvTest(t, srvEcho, nil)
-	pool := newSrvPool(t, e)
-	s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srvStream(t, srvEcho)
 	boom := errors.New("destination reset")
 	sk := newRecordingSink(0)
 	sk.fail = boom

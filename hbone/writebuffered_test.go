@@ -28,6 +28,19 @@ func srvBufferedEcho(r *Request) {
 	}
 }
 
+// srvStream serves handler and opens one stream to it, from a pool of
+// its own; the stream is closed when the test ends.
+func srvStream(t *testing.T, handler func(*Request)) *ClientStream {
+	t.Helper()
+	e := newSrvTest(t, handler, nil)
+	s, err := newSrvPool(t, e).Connect(clientCtx(t), srvRequest(e, srvTestTarget))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // drainBuffered calls WriteBufferedTo until it fails and returns the
 // bytes written and the error.
 func drainBuffered(src interface {
@@ -52,13 +65,7 @@ func drainBuffered(src interface {
 // Afterwards neither stream holds a chunk.
 func TestWriteBufferedToEcho(t *testing.T) {
 	const size = 12 << 20
-	e := newSrvTest(t, srvBufferedEcho, nil)
-	pool := newSrvPool(t, e)
-	s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srvStream(t, srvBufferedEcho)
 	sent := make(chan [32]byte, 1)
 	go func() {
 		sum, err := srvSend(writeCloser{s}, size)
@@ -121,7 +128,7 @@ func (w startedWriter) Write(p []byte) (int, error) {
 // The client's WriteBufferedTo returns the server's reset as Read does,
 // after the data that came before it.
 func TestWriteBufferedToClientReset(t *testing.T) {
-	e := newSrvTest(t, func(r *Request) {
+	s := srvStream(t, func(r *Request) {
 		st, err := r.Accept()
 		if err != nil {
 			return
@@ -133,13 +140,7 @@ func TestWriteBufferedToClientReset(t *testing.T) {
 		}
 		st.Write(buf)
 		st.Reset()
-	}, nil)
-	pool := newSrvPool(t, e)
-	s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	})
 	if _, err := s.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +160,7 @@ func (w errWriter) Write([]byte) (int, error) { return 0, w.err }
 // io.ErrUnexpectedEOF, so it is not taken for the stream's end), and the
 // taken data is gone from the stream: it holds no chunk.
 func TestWriteBufferedToWriteError(t *testing.T) {
-	e := newSrvTest(t, srvEcho, nil)
-	pool := newSrvPool(t, e)
-	s, err := pool.Connect(clientCtx(t), srvRequest(e, srvTestTarget))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := srvStream(t, srvEcho)
 	boom := errors.New("boom")
 	for _, tt := range []struct{ werr, want error }{{boom, boom}, {io.EOF, io.ErrUnexpectedEOF}} {
 		if _, err := s.Write([]byte("abc")); err != nil {
