@@ -17,19 +17,8 @@ import (
 // halfCloseTarget accepts one connection at a time: it reads the request
 // to EOF, reports its hash, then answers with reply and closes.
 func halfCloseTarget(t *testing.T, reply []byte) (net.Listener, <-chan [32]byte) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	got := make(chan [32]byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	ln := oneConnTarget(t, func(c *net.TCPConn) {
 		h := sha256.New()
 		if _, err := io.Copy(h, c); err != nil {
 			return
@@ -38,9 +27,29 @@ func halfCloseTarget(t *testing.T, reply []byte) (net.Listener, <-chan [32]byte)
 		copy(sum[:], h.Sum(nil))
 		got <- sum
 		c.Write(reply)
-		c.(*net.TCPConn).CloseWrite()
-	}()
+		c.CloseWrite()
+	})
 	return ln, got
+}
+
+// oneConnTarget listens on loopback and hands the first connection to
+// serve, then closes it; the listener closes when the test ends.
+func oneConnTarget(t *testing.T, serve func(c *net.TCPConn)) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		serve(c.(*net.TCPConn))
+	}()
+	return ln
 }
 
 // The relay over real HBONE streams, both ways: app ⇄ [relay] ⇄ client
@@ -105,21 +114,11 @@ func TestRelayOverHBONE(t *testing.T) {
 // stream's WriteBufferedTo returns the reset, and our relay resets the app.
 func TestRelayOverHBONEReset(t *testing.T) {
 	e := newReloadEnv(t, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
+	ln := oneConnTarget(t, func(c *net.TCPConn) {
 		buf := make([]byte, 5)
 		io.ReadFull(c, buf)
-		c.(*net.TCPConn).SetLinger(0)
-		c.Close()
-	}()
+		c.SetLinger(0) // the deferred Close sends a RST
+	})
 	stream, err := e.connect(ln.Addr().(*net.TCPAddr).AddrPort())
 	if err != nil {
 		t.Fatal(err)
@@ -150,20 +149,10 @@ func TestRelayOverHBONEReset(t *testing.T) {
 // result still count every byte exactly once.
 func TestRelayOverHBONEPingPong(t *testing.T) {
 	e := newReloadEnv(t, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	ln := oneConnTarget(t, func(c *net.TCPConn) {
 		io.Copy(c, c)
-		c.(*net.TCPConn).CloseWrite()
-	}()
+		c.CloseWrite()
+	})
 	stream, err := e.connect(ln.Addr().(*net.TCPAddr).AddrPort())
 	if err != nil {
 		t.Fatal(err)
