@@ -60,14 +60,7 @@ func TestTinyBench(t *testing.T) {
 	cfg.Out = filepath.Join(dir, "results")
 
 	nsBefore := netnsNames(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	rep, err := Run(ctx, cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, out := runBench(t, cfg, 5*time.Minute)
 
 	gatewayCPU := false // some scenario saw the gateways use CPU
 	byScenario := map[string][]*Figure{}
@@ -189,14 +182,7 @@ func TestBenchProfile(t *testing.T) {
 	cfg.Profile = filepath.Join(dir, "profiles")
 	cfg.ProfileSeconds = 1
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	_, err := Run(ctx, cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, out := runBench(t, cfg, 3*time.Minute)
 	for _, node := range []string{"node-a", "node-b"} {
 		file := filepath.Join(cfg.Profile, "conn1ip-1-"+node+".pprof")
 		f, err := os.Open(file)
@@ -231,14 +217,7 @@ func TestBenchTrace(t *testing.T) {
 	cfg.ProfileSeconds = 1
 	cfg.Trace = true
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	_, err := Run(ctx, cfg, &out)
-	t.Log("\n" + out.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	runBench(t, cfg, 3*time.Minute)
 	var acct bytes.Buffer
 	n, err := RoundTrips(filepath.Join(cfg.Profile, "rr-1-node-a.trace"), filepath.Join(cfg.Profile, "rr-1-node-b.trace"), &acct)
 	t.Log("\n" + acct.String())
@@ -253,4 +232,19 @@ func TestBenchTrace(t *testing.T) {
 			t.Errorf("the account has no line for %q", seg)
 		}
 	}
+}
+
+// runBench runs cfg within timeout, logs its progress and tables, and
+// fails the test if it failed; it returns the report and the output.
+func runBench(t *testing.T, cfg Config, timeout time.Duration) (*Report, *bytes.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out bytes.Buffer
+	rep, err := Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, &out
 }

@@ -224,18 +224,11 @@ func RoundTrips(fileA, fileB string, w io.Writer) (int, error) {
 		if i < nPoints {
 			name = rttSegments[i]
 		}
-		p50, mean := medianMean(durs[i])
-		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t\n", name, p50, mean)
+		var sum float64
+		for _, d := range durs[i] {
+			sum += d
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t\n", name, summarize(durs[i]).Median, sum/float64(len(durs[i])))
 	}
 	return kept, tw.Flush()
-}
-
-func medianMean(v []float64) (p50, mean float64) {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	var sum float64
-	for _, x := range s {
-		sum += x
-	}
-	return s[len(s)/2], sum / float64(len(s))
 }
