@@ -400,7 +400,7 @@ func TestEndToEndFaults(t *testing.T) {
 	// completes transfers again after the restart.
 	t.Run("own gateway restarted under load", func(t *testing.T) {
 		const clients = 16
-		l := newRestartLoad(f, target, clients)
+		l := newRestartLoad(f, target, clients, 20*time.Second, false)
 		defer l.stop()
 		l.waitOK(t, "every client completes a transfer before the restart", 30*time.Second)
 		l.phase.Store(1)
@@ -449,8 +449,7 @@ func TestEndToEndFaults(t *testing.T) {
 	// cleanup, and before and after, every transfer is intact.
 	t.Run("own gateway killed under load", func(t *testing.T) {
 		const clients = 16
-		l := startLoad(&restartLoad{okClient: make([]atomic.Int64, clients), done: make(chan struct{}),
-			deadline: 5 * time.Second, killed: true}, f, target, clients)
+		l := newRestartLoad(f, target, clients, 5*time.Second, true)
 		defer l.stop()
 		l.waitOK(t, "every client completes a transfer before the kill", 30*time.Second)
 		l.phase.Store(1)
@@ -530,11 +529,10 @@ type restartLoad struct {
 	bad, notes []string
 }
 
-func newRestartLoad(f *faultNet, target string, clients int) *restartLoad {
-	return startLoad(&restartLoad{okClient: make([]atomic.Int64, clients), done: make(chan struct{}), deadline: 20 * time.Second}, f, target, clients)
-}
-
-func startLoad(l *restartLoad, f *faultNet, target string, clients int) *restartLoad {
+// newRestartLoad starts the clients, each dial and transfer bounded by
+// deadline (dials by 10 s at most); killed tolerates phase 1's timeouts.
+func newRestartLoad(f *faultNet, target string, clients int, deadline time.Duration, killed bool) *restartLoad {
+	l := &restartLoad{okClient: make([]atomic.Int64, clients), done: make(chan struct{}), deadline: deadline, killed: killed}
 	for i := range clients {
 		l.wg.Add(1)
 		go func() {
