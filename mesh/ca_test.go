@@ -371,6 +371,18 @@ func TestCAOptionsChecked(t *testing.T) {
 	}
 }
 
+// startedCertManager starts a CertManager on opts with a subscriber and
+// waits for its first certificate.
+func startedCertManager(t *testing.T, opts CAOptions) (*CertManager, <-chan struct{}) {
+	t.Helper()
+	m := newTestCertManager(t, opts)
+	updates, cancel := m.Subscribe()
+	t.Cleanup(cancel)
+	m.Start()
+	waitSignal(t, updates, "first certificate")
+	return m, updates
+}
+
 func newTestCertManager(t *testing.T, opts CAOptions) *CertManager {
 	t.Helper()
 	m, err := NewCertManager(opts)
@@ -451,11 +463,7 @@ func TestCertManagerKeepsOldCertAndBacksOff(t *testing.T) {
 	opts.CertTTL = 2 * time.Second
 	opts.MinBackoff = 40 * time.Millisecond
 	opts.MaxBackoff = 160 * time.Millisecond
-	m := newTestCertManager(t, opts)
-	updates, cancel := m.Subscribe()
-	defer cancel()
-	m.Start()
-	waitSignal(t, updates, "first certificate")
+	m, updates := startedCertManager(t, opts)
 	first := ca.next(t)
 	ca.setFail(status.Error(codes.Unavailable, "ca is down"))
 
@@ -605,11 +613,7 @@ func TestCertManagerAnnouncesExpiryBetweenRetries(t *testing.T) {
 	// Retries at least 20 s apart: longer than the wait below, so only the
 	// expiry can wake the subscriber.
 	opts.MinBackoff, opts.MaxBackoff = 40*time.Second, 40*time.Second
-	m := newTestCertManager(t, opts)
-	updates, cancel := m.Subscribe()
-	defer cancel()
-	m.Start()
-	waitSignal(t, updates, "first certificate")
+	m, updates := startedCertManager(t, opts)
 	first := ca.next(t)
 	ca.setFail(status.Error(codes.Unavailable, "ca is down"))
 	if call := ca.next(t); !call.failed {
@@ -720,11 +724,7 @@ func TestCertManagerCACallTimesOut(t *testing.T) {
 	opts.CertTTL = 4 * time.Second
 	opts.CallTimeout = 100 * time.Millisecond
 	opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 80*time.Millisecond
-	m := newTestCertManager(t, opts)
-	updates, cancel := m.Subscribe()
-	defer cancel()
-	m.Start()
-	waitSignal(t, updates, "first certificate")
+	m, updates := startedCertManager(t, opts)
 	first := ca.next(t)
 	ca.mu.Lock()
 	ca.hang = true
