@@ -310,22 +310,26 @@ func sinkOf(dst conn, live byteCounter) sink {
 			return nil
 		}
 		return &tcpSink{TCPConn: c, rc: rc, sinkCount: sinkCount{live: live}}
-	case interface{ TryWrite([]byte) (int, error) }: // netstack.Conn
-		return &trySink{conn: dst, try: c.TryWrite, sinkCount: sinkCount{live: live}}
+	case tryConn: // netstack.Conn
+		return &trySink{tryConn: c, sinkCount: sinkCount{live: live}}
 	}
 	return nil
 }
 
-// trySink is the sink of a destination with a TryWrite of its own
-// (netstack.Conn).
-type trySink struct {
+// tryConn is a destination with a TryWrite of its own (netstack.Conn).
+type tryConn interface {
 	conn
-	try func([]byte) (int, error)
+	TryWrite(p []byte) (int, error)
+}
+
+// trySink is the sink of a tryConn.
+type trySink struct {
+	tryConn
 	sinkCount
 }
 
 func (t *trySink) TryWrite(p []byte) (int, error) {
-	n, err := t.try(p)
+	n, err := t.tryConn.TryWrite(p)
 	t.add(n)
 	return n, err
 }
