@@ -17,22 +17,24 @@ var allowed = map[string]struct {
 	internal []string
 	external []string
 }{
-	"identity":    {nil, nil},
-	"config":      {[]string{"identity"}, []string{"github.com/BurntSushi/toml"}},
-	"tun":         {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
-	"tun/tuntest": {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
-	"netstack":    {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
-	"hbone":       {[]string{"identity"}, []string{"golang.org/x/net", "golang.org/x/time/rate", "github.com/hashicorp/go-hclog"}},
-	"hbone/devca": {[]string{"hbone"}, nil},
-	"gateway":     {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh", "dnsproxy"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
+	"identity": {nil, nil},
+	// pmap, the persistent map the routing state is made of, is a leaf.
+	"internal/pmap": {nil, nil},
+	"config":        {[]string{"identity"}, []string{"github.com/BurntSushi/toml"}},
+	"tun":           {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
+	"tun/tuntest":   {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
+	"netstack":      {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
+	"hbone":         {[]string{"identity"}, []string{"golang.org/x/net", "golang.org/x/time/rate", "github.com/hashicorp/go-hclog"}},
+	"hbone/devca":   {[]string{"hbone"}, nil},
+	"gateway":       {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh", "dnsproxy", "internal/pmap"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
 	// mesh speaks Istio's protocols with Istio's own Go types; genproto's
 	// rpc status is the type of xDS's error_detail.
-	"mesh": {[]string{"config", "identity"}, []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc",
+	"mesh": {[]string{"config", "identity", "internal/pmap"}, []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc",
 		"istio.io/api/security/v1alpha1", "istio.io/istio/pkg/workloadapi", "github.com/envoyproxy/go-control-plane/envoy"}},
 
 	// dnsproxy serves DNS with miekg/dns; x/net's netutil bounds its TCP
 	// connections.
-	"dnsproxy": {nil, []string{"github.com/miekg/dns", "github.com/hashicorp/go-hclog", "golang.org/x/net"}},
+	"dnsproxy": {[]string{"internal/pmap"}, []string{"github.com/miekg/dns", "github.com/hashicorp/go-hclog", "golang.org/x/net"}},
 
 	// certfile watches the directories of the certificate files.
 	"hbone/certfile": {[]string{"hbone", "identity"}, []string{"github.com/fsnotify/fsnotify", "github.com/hashicorp/go-hclog"}},
