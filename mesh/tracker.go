@@ -1,0 +1,787 @@
+package mesh
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+
+	"istio.io/istio/pkg/workloadapi"
+	"istio.io/istio/pkg/workloadapi/security"
+
+	"github.com/meshtun/meshtun/config"
+)
+
+// Tracker is the conversion kept up to date resource by resource: a
+// Delta of istiod's (the resources one response adds, replaces or
+// removes) costs what it names and what depends on it, not what the mesh
+// holds. Apply returns the entries whose conversion changed, which the
+// gateway applies to its persistent routing state; State is the whole
+// conversion, as Convert gives it for a Snapshot.
+//
+// The rules are Convert's (convert.go's comment), with every choice made
+// independent of the order in which resources arrived, so that an entry's
+// fate depends only on the resources that share its keys:
+//
+//   - Claims. Workloads claim their addresses and their namespace/name;
+//     services claim each VIP:port of this node's network. A claim is won
+//     by the first claimant in the order (our network first, then
+//     resource name). A workload is kept when it wins all of its claims; a
+//     service when it wins all of its. A loser is rejected with the
+//     winner's name, except a workload of another network that lost an
+//     address to ours, which is left out silently (networks may reuse
+//     addresses; only ours can be routed to).
+//   - Dependencies. A service's endpoints are the kept, healthy workloads
+//     whose services map names it; a waypoint is resolved from the kept
+//     workload or service at its address, or the service of its hostname,
+//     and that service's members. Each of these is indexed both ways, so a
+//     change marks exactly the entries it affects.
+//   - This node's own workload decides the network: when the network
+//     changes (the node's workload first seen, or moved), every entry is
+//     converted again (Changes.Full).
+//
+// A Tracker is not safe for concurrent use: the XDSClient's goroutine
+// owns it.
+type Tracker struct {
+	node Node
+	own  map[netip.Addr]bool
+
+	wls      map[string]*trackedWorkload // converted, with an address
+	svcs     map[string]*trackedService  // every service resource, converted for our network
+	pols     map[string]trackedPolicy    // converted
+	rejected map[string]trackedRejection // by addrKey or polKey
+
+	addrClaims map[netip.Addr][]*trackedWorkload // each sorted by claimOrder
+	nameClaims map[string][]*trackedWorkload     // by namespace/name
+	vipClaims  map[netip.AddrPort][]*trackedService
+	vips       map[netip.Addr][]*trackedService // the services with each VIP of ours, by resource name
+	keyClaims  map[string][]*trackedService           // by namespace/hostname, sorted by resource name
+	members    map[string]map[string]*trackedWorkload // service key → its kept workloads, by resource name
+	wpUsers    map[string]map[string]bool             // waypoint target (wpTarget) → users ("w"+res, "s"+res)
+	candidates map[string]*trackedWorkload            // workloads that could be this node's own
+
+	self    *trackedWorkload
+	network string
+
+	outW map[string]*config.Workload // what Apply last emitted
+	outS map[string]*config.Service
+
+	// Dirty during one Apply.
+	dirtyW, dirtyS     map[string]bool
+	dirtyKeys, dirtyWP map[string]bool
+	polsDirty          bool
+}
+
+type trackedWorkload struct {
+	res      string
+	key      string // namespace/name
+	cfg      config.Workload
+	services map[string]map[uint16]uint16 // service key → service port → target port
+	waypoint *workloadapi.GatewayAddress
+	authz    []string // the policies selecting it
+	kept     bool
+}
+
+type trackedService struct {
+	res      string
+	key      string // namespace/hostname
+	msg      *workloadapi.Service
+	cfg      config.Service // our network's VIPs; no endpoints or waypoint
+	vipPorts []netip.AddrPort
+	err      error // the conversion's: such a service claims nothing
+	kept     bool
+}
+
+type trackedPolicy struct {
+	msg *security.Authorization
+	cfg config.Policy
+}
+
+type trackedRejection struct {
+	rank   int // 0 workloads, 1 services, 2 policies: the order of State.Rejections
+	name   string
+	reason string
+}
+
+// addrKey and polKey key t.rejected: the two types' names are apart.
+func addrKey(name string) string { return "a" + name }
+func polKey(name string) string  { return "p" + name }
+
+// Delta is what one response of istiod's changes: the resources added or
+// replaced, by name, and the names removed.
+type Delta struct {
+	Addresses             map[string]*workloadapi.Address
+	RemovedAddresses      []string
+	Authorizations        map[string]*security.Authorization
+	RemovedAuthorizations []string
+}
+
+// Changes is what Apply changed of the conversion.
+type Changes struct {
+	// Full is set when every entry was converted again (the network
+	// changed): Workloads and Services then hold every entry, and
+	// whatever they do not name is gone.
+	Full bool
+	// Workloads and Services are the entries whose conversion changed, by
+	// resource name; nil means the entry is gone (removed, or no longer
+	// kept).
+	Workloads map[string]*config.Workload
+	Services  map[string]*config.Service
+	// Policies is set when the policies in force changed: all of them.
+	PoliciesChanged bool
+	Policies        []config.Policy
+	// Self and Network are this node's own workload and network, whether
+	// or not they changed; SelfChanged says whether they did.
+	SelfChanged bool
+	Self        *config.Workload
+	Network     string
+	// Rejections are every resource held that could not be used.
+	Rejections []Rejection
+}
+
+// NewTracker returns an empty Tracker for node.
+func NewTracker(node Node) *Tracker {
+	t := &Tracker{
+		node: node, own: map[netip.Addr]bool{},
+		wls: map[string]*trackedWorkload{}, svcs: map[string]*trackedService{},
+		pols: map[string]trackedPolicy{}, rejected: map[string]trackedRejection{},
+		candidates: map[string]*trackedWorkload{},
+		outW:       map[string]*config.Workload{}, outS: map[string]*config.Service{},
+	}
+	for _, ip := range node.InstanceIPs {
+		t.own[ip.Unmap()] = true
+	}
+	t.resetIndexes()
+	return t
+}
+
+func (t *Tracker) resetIndexes() {
+	t.addrClaims = map[netip.Addr][]*trackedWorkload{}
+	t.nameClaims = map[string][]*trackedWorkload{}
+	t.vipClaims = map[netip.AddrPort][]*trackedService{}
+	t.vips = map[netip.Addr][]*trackedService{}
+	t.keyClaims = map[string][]*trackedService{}
+	t.members = map[string]map[string]*trackedWorkload{}
+	t.wpUsers = map[string]map[string]bool{}
+}
+
+// Apply applies d and returns what changed.
+func (t *Tracker) Apply(d Delta) Changes {
+	t.dirtyW, t.dirtyS = map[string]bool{}, map[string]bool{}
+	t.dirtyKeys, t.dirtyWP = map[string]bool{}, map[string]bool{}
+	t.polsDirty = false
+	selfBefore := t.self
+
+	for _, name := range d.RemovedAddresses {
+		t.removeAddress(name)
+	}
+	for _, name := range sortedKeys(d.Addresses) {
+		t.removeAddress(name)
+		t.addAddress(name, d.Addresses[name])
+	}
+	for _, name := range d.RemovedAuthorizations {
+		t.removePolicy(name)
+	}
+	for name, a := range d.Authorizations {
+		t.removePolicy(name)
+		t.addPolicy(name, a)
+	}
+
+	t.chooseSelf()
+	ch := Changes{}
+	if t.self != selfBefore {
+		ch.SelfChanged = true
+		t.polsDirty = true
+		if t.networkOf(t.self) != t.network {
+			t.network = t.networkOf(t.self)
+			return t.rebuild()
+		}
+	}
+	t.propagate()
+	return t.emit(ch)
+}
+
+func (t *Tracker) networkOf(w *trackedWorkload) string {
+	if w == nil {
+		return ""
+	}
+	return w.cfg.Network
+}
+
+// rebuild converts every entry again, for a new network.
+func (t *Tracker) rebuild() Changes {
+	t.resetIndexes()
+	for k, r := range t.rejected {
+		if r.rank == 1 {
+			delete(t.rejected, k) // services are converted again
+		}
+	}
+	wls, svcs := t.wls, t.svcs
+	t.wls, t.svcs = map[string]*trackedWorkload{}, map[string]*trackedService{}
+	for _, w := range wls {
+		w.kept = false
+		t.claimWorkload(w)
+	}
+	for _, s := range svcs {
+		t.addService(s.res, s.msg)
+	}
+	for res := range t.wls {
+		t.dirtyW[res] = true
+	}
+	t.polsDirty = true
+	t.propagate()
+	t.outW, t.outS = map[string]*config.Workload{}, map[string]*config.Service{}
+	ch := t.emit(Changes{Full: true, SelfChanged: true})
+	return ch
+}
+
+func (t *Tracker) removeAddress(name string) {
+	delete(t.rejected, addrKey(name))
+	if w := t.wls[name]; w != nil {
+		delete(t.wls, name)
+		delete(t.candidates, name)
+		t.dirtyW[name] = true
+		for _, a := range w.cfg.Addresses {
+			setOrDelete(t.addrClaims, a, t.unclaim(t.addrClaims[a], w))
+			t.dirtyWP[wpAddr(a)] = true
+		}
+		setOrDelete(t.nameClaims, w.key, t.unclaim(t.nameClaims[w.key], w))
+		if w.kept {
+			t.setMember(w, false)
+		}
+		t.unwatch(w.waypoint, "w"+name)
+		return
+	}
+	if s := t.svcs[name]; s != nil {
+		delete(t.svcs, name)
+		t.dirtyS[name] = true
+		for _, vp := range s.vipPorts {
+			setOrDelete(t.vipClaims, vp, unclaimService(t.vipClaims[vp], s, t.dirtyS))
+			t.dirtyWP[wpAddr(vp.Addr())] = true
+		}
+		setOrDelete(t.keyClaims, s.key, unclaimService(t.keyClaims[s.key], s, t.dirtyS))
+		for _, v := range s.cfg.VIPs {
+			t.vips[v] = slices.DeleteFunc(slices.Clone(t.vips[v]), func(x *trackedService) bool { return x == s })
+			if len(t.vips[v]) == 0 {
+				delete(t.vips, v)
+			}
+		}
+		t.dirtyWP[wpHost(s.key)] = true
+		if s.err == nil {
+			t.unwatch(s.msg.GetWaypoint(), "s"+name)
+		}
+	}
+}
+
+// setOrDelete sets m[k] to a list, or deletes k when the list is empty.
+func setOrDelete[K comparable, T any](m map[K][]T, k K, list []T) {
+	if len(list) == 0 {
+		delete(m, k)
+	} else {
+		m[k] = list
+	}
+}
+
+// unclaim removes w from a claim list and marks the others dirty: the
+// winner may have changed.
+func (t *Tracker) unclaim(list []*trackedWorkload, w *trackedWorkload) []*trackedWorkload {
+	out := slices.DeleteFunc(slices.Clone(list), func(x *trackedWorkload) bool { return x == w })
+	for _, x := range out {
+		t.dirtyW[x.res] = true
+	}
+	return out
+}
+
+func unclaimService(list []*trackedService, s *trackedService, dirty map[string]bool) []*trackedService {
+	out := slices.DeleteFunc(slices.Clone(list), func(x *trackedService) bool { return x == s })
+	for _, x := range out {
+		dirty[x.res] = true
+	}
+	return out
+}
+
+func (t *Tracker) addAddress(name string, a *workloadapi.Address) {
+	switch m := a.GetType().(type) {
+	case *workloadapi.Address_Workload:
+		t.addWorkload(name, m.Workload)
+	case *workloadapi.Address_Service:
+		t.addService(name, m.Service)
+	default:
+		t.rejected[addrKey(name)] = trackedRejection{0, name, "address holds neither a workload nor a service"}
+	}
+}
+
+func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
+	c, err := convertWorkload(msg)
+	if err != nil {
+		t.rejected[addrKey(name)] = trackedRejection{0, name, err.Error()}
+		return
+	}
+	if len(c.Addresses) == 0 {
+		return // hostname only: nothing to route to
+	}
+	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c, waypoint: msg.GetWaypoint(),
+		authz: msg.GetAuthorizationPolicies()}
+	for svc, pl := range msg.GetServices() {
+		ports := map[uint16]uint16{}
+		for _, p := range pl.GetPorts() {
+			if p.GetServicePort() > 0 && p.GetServicePort() <= 65535 && p.GetTargetPort() > 0 && p.GetTargetPort() <= 65535 {
+				ports[uint16(p.GetServicePort())] = uint16(p.GetTargetPort())
+			}
+		}
+		if w.services == nil {
+			w.services = map[string]map[uint16]uint16{}
+		}
+		w.services[svc] = ports
+	}
+	if c.Namespace == t.node.Namespace && c.ServiceAccount == t.node.ServiceAccount &&
+		slices.ContainsFunc(c.Addresses, func(a netip.Addr) bool { return t.own[a] }) {
+		t.candidates[name] = w
+	}
+	t.claimWorkload(w)
+}
+
+// claimWorkload enters w into the indexes of its claims.
+func (t *Tracker) claimWorkload(w *trackedWorkload) {
+	t.wls[w.res] = w
+	t.dirtyW[w.res] = true
+	for _, a := range w.cfg.Addresses {
+		t.addrClaims[a] = t.claim(t.addrClaims[a], w)
+		t.dirtyWP[wpAddr(a)] = true
+	}
+	t.nameClaims[w.key] = t.claim(t.nameClaims[w.key], w)
+	t.watch(w.waypoint, "w"+w.res)
+}
+
+func (t *Tracker) claim(list []*trackedWorkload, w *trackedWorkload) []*trackedWorkload {
+	out := slices.Clone(list)
+	if !slices.Contains(out, w) {
+		out = append(out, w)
+	}
+	slices.SortFunc(out, t.claimOrder)
+	for _, x := range out {
+		t.dirtyW[x.res] = true
+	}
+	return out
+}
+
+// claimOrder orders claimants: our network's first, then by resource
+// name (Convert's order).
+func (t *Tracker) claimOrder(a, b *trackedWorkload) int {
+	if oa, ob := a.cfg.Network != t.network, b.cfg.Network != t.network; oa != ob {
+		return boolOrder(oa) - boolOrder(ob)
+	}
+	return strings.Compare(a.res, b.res)
+}
+
+func (t *Tracker) addService(name string, msg *workloadapi.Service) {
+	c, err := convertService(msg, t.network)
+	s := &trackedService{res: name, key: msg.GetNamespace() + "/" + msg.GetHostname(), msg: msg, cfg: c, err: err}
+	t.svcs[name] = s
+	t.dirtyS[name] = true
+	if err != nil {
+		t.rejected[addrKey(name)] = trackedRejection{1, name, err.Error()}
+		return
+	}
+	for _, v := range c.VIPs {
+		for p := range c.Ports {
+			s.vipPorts = append(s.vipPorts, netip.AddrPortFrom(v, p))
+		}
+	}
+	slices.SortFunc(s.vipPorts, netip.AddrPort.Compare)
+	s.vipPorts = slices.Compact(s.vipPorts)
+	byName := func(a, b *trackedService) int { return strings.Compare(a.res, b.res) }
+	for _, v := range c.VIPs {
+		l := append(slices.Clone(t.vips[v]), s)
+		slices.SortFunc(l, byName)
+		t.vips[v] = slices.Compact(l)
+	}
+	for _, vp := range s.vipPorts {
+		l := append(slices.Clone(t.vipClaims[vp]), s)
+		slices.SortFunc(l, byName)
+		for _, x := range l {
+			t.dirtyS[x.res] = true
+		}
+		t.vipClaims[vp] = l
+		t.dirtyWP[wpAddr(vp.Addr())] = true
+	}
+	l := append(slices.Clone(t.keyClaims[s.key]), s)
+	slices.SortFunc(l, byName)
+	t.keyClaims[s.key] = l
+	t.dirtyWP[wpHost(s.key)] = true
+	t.watch(msg.GetWaypoint(), "s"+name)
+}
+
+func (t *Tracker) removePolicy(name string) {
+	delete(t.rejected, polKey(name))
+	if _, ok := t.pols[name]; ok {
+		delete(t.pols, name)
+		t.polsDirty = true
+	}
+}
+
+func (t *Tracker) addPolicy(name string, a *security.Authorization) {
+	p, err := convertPolicy(a)
+	if err != nil {
+		t.rejected[polKey(name)] = trackedRejection{2, name, err.Error()}
+		return
+	}
+	t.pols[name] = trackedPolicy{a, p}
+	t.polsDirty = true
+}
+
+// chooseSelf picks this node's own workload: the first candidate by
+// resource name.
+func (t *Tracker) chooseSelf() {
+	var self *trackedWorkload
+	for _, w := range t.candidates {
+		if self == nil || w.res < self.res {
+			self = w
+		}
+	}
+	t.self = self
+}
+
+// Waypoint targets: what a waypoint's resolution reads.
+func wpAddr(a netip.Addr) string { return "a" + a.String() }
+func wpHost(key string) string  { return "h" + key }
+
+func wpTargetOf(gw *workloadapi.GatewayAddress) string {
+	switch d := gw.GetDestination().(type) {
+	case *workloadapi.GatewayAddress_Hostname:
+		return wpHost(d.Hostname.GetNamespace() + "/" + d.Hostname.GetHostname())
+	case *workloadapi.GatewayAddress_Address:
+		if ip, ok := netip.AddrFromSlice(d.Address.GetAddress()); ok {
+			return wpAddr(ip.Unmap())
+		}
+	}
+	return ""
+}
+
+func (t *Tracker) watch(gw *workloadapi.GatewayAddress, user string) {
+	if target := wpTargetOf(gw); target != "" {
+		if t.wpUsers[target] == nil {
+			t.wpUsers[target] = map[string]bool{}
+		}
+		t.wpUsers[target][user] = true
+	}
+}
+
+func (t *Tracker) unwatch(gw *workloadapi.GatewayAddress, user string) {
+	if target := wpTargetOf(gw); target != "" {
+		delete(t.wpUsers[target], user)
+		if len(t.wpUsers[target]) == 0 {
+			delete(t.wpUsers, target)
+		}
+	}
+}
+
+// setMember adds or removes w, kept or no longer, from the services it
+// names.
+func (t *Tracker) setMember(w *trackedWorkload, in bool) {
+	for key := range w.services {
+		if in {
+			if t.members[key] == nil {
+				t.members[key] = map[string]*trackedWorkload{}
+			}
+			t.members[key][w.res] = w
+		} else {
+			delete(t.members[key], w.res)
+			if len(t.members[key]) == 0 {
+				delete(t.members, key)
+			}
+		}
+		t.dirtyKeys[key] = true
+	}
+}
+
+// propagate settles what the dirty entries affect: workloads' claims,
+// then the services whose members changed, then the users of changed
+// waypoints.
+func (t *Tracker) propagate() {
+	for res := range t.dirtyW {
+		w := t.wls[res]
+		if w == nil {
+			continue
+		}
+		kept, reason, silent := t.workloadClaims(w)
+		// A changed workload is a new one (removeAddress took the old one
+		// out of its services), so a change of kept is the only one here.
+		if kept != w.kept {
+			w.kept = kept
+			t.setMember(w, kept)
+		}
+		delete(t.rejected, addrKey(res))
+		if !kept && !silent {
+			t.rejected[addrKey(res)] = trackedRejection{0, res, reason}
+		}
+		for _, a := range w.cfg.Addresses {
+			t.dirtyWP[wpAddr(a)] = true
+		}
+	}
+	for key := range t.dirtyKeys {
+		t.dirtyWP[wpHost(key)] = true
+		for _, s := range t.keyClaims[key] {
+			t.dirtyS[s.res] = true
+		}
+	}
+	for res := range t.dirtyS {
+		s := t.svcs[res]
+		if s == nil || s.err != nil {
+			continue
+		}
+		kept, reason := t.serviceClaims(s)
+		s.kept = kept
+		delete(t.rejected, addrKey(res))
+		if !kept {
+			t.rejected[addrKey(res)] = trackedRejection{1, res, reason}
+		}
+		t.dirtyWP[wpHost(s.key)] = true
+		for _, v := range s.cfg.VIPs {
+			t.dirtyWP[wpAddr(v)] = true
+		}
+	}
+	for target := range t.dirtyWP {
+		for user := range t.wpUsers[target] {
+			if user[0] == 'w' {
+				t.dirtyW[user[1:]] = true
+			} else {
+				t.dirtyS[user[1:]] = true
+			}
+		}
+	}
+}
+
+// workloadClaims says whether w wins every claim it makes; if not, why,
+// and whether it is left out silently (another network's workload at an
+// address of ours).
+func (t *Tracker) workloadClaims(w *trackedWorkload) (kept bool, reason string, silent bool) {
+	addrLost := ""
+	for _, a := range w.cfg.Addresses {
+		if first := t.addrClaims[a][0]; first != w {
+			addrLost = fmt.Sprintf("workload %s: address %s is also workload %s's", w.key, a, first.key)
+		}
+	}
+	if addrLost != "" && w.cfg.Network != t.network {
+		return false, "", true
+	}
+	if first := t.nameClaims[w.key][0]; first != w {
+		return false, fmt.Sprintf("workload %s: another workload of that namespace and name is held", w.key), false
+	}
+	return addrLost == "", addrLost, false
+}
+
+func (t *Tracker) serviceClaims(s *trackedService) (bool, string) {
+	for _, vp := range s.vipPorts {
+		if first := t.vipClaims[vp][0]; first != s {
+			return false, fmt.Sprintf("service %s: %s is also service %s's", s.key, vp, first.key)
+		}
+	}
+	return true, ""
+}
+
+// emit turns the dirty entries into ch.
+func (t *Tracker) emit(ch Changes) Changes {
+	ch.Workloads = map[string]*config.Workload{}
+	ch.Services = map[string]*config.Service{}
+	for res := range t.dirtyW {
+		var next *config.Workload
+		if w := t.wls[res]; w != nil && w.kept {
+			c := w.cfg
+			c.Waypoint = t.resolveWaypoint(w.waypoint)
+			next = &c
+		}
+		prev, had := t.outW[res]
+		if next == nil && !had || next != nil && had && reflect.DeepEqual(prev, next) {
+			continue
+		}
+		if next == nil {
+			delete(t.outW, res)
+		} else {
+			t.outW[res] = next
+		}
+		ch.Workloads[res] = next
+	}
+	for res := range t.dirtyS {
+		// Services are emitted whenever dirty: a member's change changes
+		// the routes built from them even when the list is the same.
+		var next *config.Service
+		if s := t.svcs[res]; s != nil && s.err == nil && s.kept {
+			next = t.serviceEntry(s)
+		}
+		if _, had := t.outS[res]; next == nil && !had {
+			continue
+		}
+		if next == nil {
+			delete(t.outS, res)
+		} else {
+			t.outS[res] = next
+		}
+		ch.Services[res] = next
+	}
+	if t.polsDirty {
+		ch.PoliciesChanged = true
+		ch.Policies = t.policies()
+	}
+	ch.Self, ch.Network = t.selfEntry(), t.network
+	ch.Rejections = t.rejections()
+	return ch
+}
+
+func (t *Tracker) selfEntry() *config.Workload {
+	if t.self == nil {
+		return nil
+	}
+	c := t.self.cfg
+	return &c
+}
+
+// serviceEntry is s with its endpoints and waypoint.
+func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
+	c := s.cfg
+	c.SubjectAltNames = slices.Clone(s.cfg.SubjectAltNames)
+	c.VIPs = slices.Clone(s.cfg.VIPs)
+	for _, m := range t.members[s.key] {
+		if m.cfg.Unhealthy {
+			continue
+		}
+		c.Endpoints = append(c.Endpoints, m.key)
+		if ports := m.services[s.key]; len(ports) > 0 {
+			if c.EndpointPorts == nil {
+				c.EndpointPorts = map[string]map[uint16]uint16{}
+			}
+			c.EndpointPorts[m.key] = ports
+		}
+	}
+	sort.Strings(c.Endpoints)
+	c.Waypoint = t.resolveWaypoint(s.msg.GetWaypoint())
+	return &c
+}
+
+// resolveWaypoint resolves a GatewayAddress to the waypoint's instances.
+func (t *Tracker) resolveWaypoint(gw *workloadapi.GatewayAddress) *config.Waypoint {
+	if gw == nil {
+		return nil
+	}
+	port := uint16(HBONEPort)
+	if p := gw.GetHboneMtlsPort(); p > 0 && p <= 65535 {
+		port = uint16(p)
+	}
+	wp := &config.Waypoint{}
+	var svc *trackedService
+	switch d := gw.GetDestination().(type) {
+	case *workloadapi.GatewayAddress_Hostname:
+		wp.Name = d.Hostname.GetNamespace() + "/" + d.Hostname.GetHostname()
+		svc = t.serviceOfKey(wp.Name)
+	case *workloadapi.GatewayAddress_Address:
+		ip, ok := netip.AddrFromSlice(d.Address.GetAddress())
+		if !ok {
+			wp.Name = "an invalid address"
+			return wp
+		}
+		ip = ip.Unmap()
+		wp.Name = ip.String()
+		if claims := t.addrClaims[ip]; len(claims) > 0 && claims[0].kept {
+			wp.Endpoints = []config.WaypointEndpoint{{Address: netip.AddrPortFrom(ip, port), Identity: claims[0].cfg.Identity}}
+			return wp
+		}
+		svc = t.serviceAtVIP(ip)
+	}
+	if svc == nil {
+		return wp
+	}
+	wp.Name = svc.key
+	wp.SubjectAltNames = slices.Clone(svc.msg.GetSubjectAltNames())
+	var eps []*trackedWorkload
+	for _, m := range t.members[svc.key] {
+		if !m.cfg.Unhealthy && m.cfg.Network == t.network {
+			eps = append(eps, m)
+		}
+	}
+	slices.SortFunc(eps, func(a, b *trackedWorkload) int { return strings.Compare(a.key, b.key) })
+	for _, m := range eps {
+		wp.Endpoints = append(wp.Endpoints, config.WaypointEndpoint{Address: netip.AddrPortFrom(m.cfg.Addresses[0], port), Identity: m.cfg.Identity})
+	}
+	return wp
+}
+
+// serviceOfKey is the first service by resource name of a namespace and
+// hostname.
+func (t *Tracker) serviceOfKey(key string) *trackedService {
+	for _, s := range t.keyClaims[key] {
+		return s
+	}
+	return nil
+}
+
+// serviceAtVIP is the first kept service, by resource name, with the VIP
+// ip of ours.
+func (t *Tracker) serviceAtVIP(ip netip.Addr) *trackedService {
+	for _, s := range t.vips[ip] {
+		if s.kept {
+			return s
+		}
+	}
+	return nil
+}
+
+// policies are the policies in force for this node, by resource name.
+func (t *Tracker) policies() []config.Policy {
+	selected := map[string]bool{}
+	if t.self != nil {
+		for _, k := range t.self.authz {
+			selected[k] = true
+		}
+	}
+	var out []config.Policy
+	for _, name := range sortedKeys(t.pols) {
+		p := t.pols[name]
+		if p.msg.GetDryRun() || !applies(p.msg, t.node.Namespace, selected) {
+			continue
+		}
+		out = append(out, p.cfg)
+	}
+	return out
+}
+
+func (t *Tracker) rejections() []Rejection {
+	if len(t.rejected) == 0 {
+		return nil
+	}
+	rs := make([]trackedRejection, 0, len(t.rejected))
+	for _, r := range t.rejected {
+		rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b trackedRejection) int {
+		if a.rank != b.rank {
+			return a.rank - b.rank
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	out := make([]Rejection, len(rs))
+	for i, r := range rs {
+		out[i] = Rejection{Name: r.name, Reason: r.reason}
+	}
+	return out
+}
+
+// State is the whole conversion: every entry kept, in Convert's order
+// (workloads of our network first, then by resource name; services and
+// policies by resource name).
+func (t *Tracker) State() State {
+	st := State{Self: t.selfEntry(), Network: t.network, Rejections: t.rejections(), Policies: t.policies()}
+	var ws []*trackedWorkload
+	for res := range t.outW {
+		ws = append(ws, t.wls[res])
+	}
+	slices.SortFunc(ws, t.claimOrder)
+	for _, w := range ws {
+		st.Workloads = append(st.Workloads, *t.outW[w.res])
+	}
+	for _, res := range sortedKeys(t.outS) {
+		st.Services = append(st.Services, *t.outS[res])
+	}
+	return st
+}
