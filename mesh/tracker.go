@@ -56,7 +56,7 @@ type Tracker struct {
 	addrClaims map[netip.Addr][]*trackedWorkload // each sorted by claimOrder
 	nameClaims map[string][]*trackedWorkload     // by namespace/name
 	vipClaims  map[netip.AddrPort][]*trackedService
-	vips       map[netip.Addr][]*trackedService // the services with each VIP of ours, by resource name
+	vips       map[netip.Addr][]*trackedService       // the services with each VIP of ours, by resource name
 	keyClaims  map[string][]*trackedService           // by namespace/hostname, sorted by resource name
 	members    map[string]map[string]*trackedWorkload // service key → its kept workloads, by resource name
 	wpUsers    map[string]map[string]bool             // waypoint target (wpTarget) → users ("w"+res, "s"+res)
@@ -446,7 +446,7 @@ func (t *Tracker) chooseSelf() {
 
 // Waypoint targets: what a waypoint's resolution reads.
 func wpAddr(a netip.Addr) string { return "a" + a.String() }
-func wpHost(key string) string  { return "h" + key }
+func wpHost(key string) string   { return "h" + key }
 
 func wpTargetOf(gw *workloadapi.GatewayAddress) string {
 	switch d := gw.GetDestination().(type) {

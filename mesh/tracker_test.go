@@ -3,8 +3,8 @@ package mesh
 import (
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
