@@ -3,12 +3,13 @@ package mesh
 import (
 	"errors"
 	"fmt"
-	"maps"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/workloadapi"
 	"istio.io/istio/pkg/workloadapi/security"
+
+	"github.com/meshtun/meshtun/internal/pmap"
 )
 
 // Resource is one decoded resource of a response, as Validate sees it.
@@ -42,83 +43,71 @@ type entry struct {
 }
 
 // store holds the resources by type and name, with the version each came
-// with (for initial_resource_versions). Its maps are copied on write, so a
-// Snapshot taken from it never changes. The XDSClient's mutex guards it.
+// with (for initial_resource_versions), in persistent maps: a response
+// costs what it names, and an older version of the maps never changes.
+// The XDSClient's mutex guards it.
 type store struct {
-	byType     map[string]map[string]entry
+	byType     map[string]pmap.Map[string, entry]
 	ready      map[string]bool
 	generation uint64
-
-	addresses      map[string]*workloadapi.Address
-	authorizations map[string]*security.Authorization
 }
 
 func newStore() *store {
-	s := &store{
-		byType:         map[string]map[string]entry{},
-		ready:          map[string]bool{},
-		addresses:      map[string]*workloadapi.Address{},
-		authorizations: map[string]*security.Authorization{},
-	}
+	s := &store{byType: map[string]pmap.Map[string, entry]{}, ready: map[string]bool{}}
 	for _, t := range subscribed {
-		s.byType[t] = map[string]entry{}
+		s.byType[t] = pmap.Map[string, entry]{}
 	}
 	return s
 }
 
 // versions returns name → version of what is held of typ.
 func (s *store) versions(typ string) map[string]string {
-	out := make(map[string]string, len(s.byType[typ]))
-	for name, e := range s.byType[typ] {
+	out := make(map[string]string, s.byType[typ].Len())
+	for name, e := range s.byType[typ].All() {
 		out[name] = e.version
 	}
 	return out
 }
 
-func (s *store) count(typ string) int { return len(s.byType[typ]) }
+func (s *store) count(typ string) int { return s.byType[typ].Len() }
 
-// apply removes, then adds or replaces, and reports whether anything
-// changed.
-func (s *store) apply(typ string, accepted map[string]entry, removed []string) bool {
-	old := s.byType[typ]
-	changed := len(accepted) > 0
+// apply removes, then adds or replaces, and returns what changed: the
+// resources accepted, and those of removed that were held.
+func (s *store) apply(typ string, accepted map[string]entry, removed []string) (gone []string, changed bool) {
+	next := s.byType[typ]
 	for _, name := range removed {
-		if _, ok := old[name]; ok {
-			changed = true
-			break
+		if _, ok := next.Get(name); ok {
+			if _, again := accepted[name]; !again {
+				gone = append(gone, name)
+			}
+			next = next.Delete(name)
 		}
 	}
-	if !changed {
-		return false
+	if len(accepted) == 0 && len(gone) == 0 {
+		return nil, false
 	}
-	next := maps.Clone(old)
-	for _, name := range removed {
-		delete(next, name)
+	for name, e := range accepted {
+		next = next.Set(name, e)
 	}
-	maps.Copy(next, accepted)
 	s.byType[typ] = next
 	s.generation++
-	switch typ {
-	case AddressType:
-		m := make(map[string]*workloadapi.Address, len(next))
-		for name, e := range next {
-			m[name] = e.msg.(*workloadapi.Address)
-		}
-		s.addresses = m
-	case AuthorizationType:
-		m := make(map[string]*security.Authorization, len(next))
-		for name, e := range next {
-			m[name] = e.msg.(*security.Authorization)
-		}
-		s.authorizations = m
-	}
-	return true
+	return gone, true
 }
 
+// snapshot is every resource held, in Go maps: it costs what the mesh
+// holds, for XDSOptions.OnUpdate and XDSClient.Snapshot, not for deltas.
 func (s *store) snapshot() Snapshot {
+	addresses := make(map[string]*workloadapi.Address, s.byType[AddressType].Len())
+	for name, e := range s.byType[AddressType].All() {
+		addresses[name] = e.msg.(*workloadapi.Address)
+	}
+	authorizations := make(map[string]*security.Authorization, s.byType[AuthorizationType].Len())
+	for name, e := range s.byType[AuthorizationType].All() {
+		authorizations[name] = e.msg.(*security.Authorization)
+	}
 	return Snapshot{
-		Addresses:           s.addresses,
-		Authorizations:      s.authorizations,
+		Addresses:           addresses,
+		Authorizations:      authorizations,
 		AddressesReady:      s.ready[AddressType],
 		AuthorizationsReady: s.ready[AuthorizationType],
 		Generation:          s.generation,

@@ -12,6 +12,8 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"istio.io/istio/pkg/workloadapi"
+	"istio.io/istio/pkg/workloadapi/security"
 )
 
 // The two types meshtun subscribes to, both as wildcards.
@@ -40,11 +42,25 @@ type XDSOptions struct {
 	// client's Snapshot and Stats but must not call Close (Close waits for
 	// the goroutine OnUpdate runs on).
 	OnUpdate func(Snapshot)
+	// OnDelta, if set, receives what each such response changed, as
+	// OnUpdate is called (serially, before the ACK), at the cost of the
+	// resources the response names: the gateway's path. OnUpdate builds a
+	// whole Snapshot on each call.
+	OnDelta func(Update)
 	// MinBackoff and MaxBackoff bound the reconnection delays (defaults
 	// 100 ms and 30 s).
 	MinBackoff, MaxBackoff time.Duration
 	// Logger receives the client's log lines; nil discards them.
 	Logger Logger
+}
+
+// Update is what one applied response changed, for XDSOptions.OnDelta.
+type Update struct {
+	Delta Delta
+	// Ready is true once both types have had their first response.
+	Ready bool
+	// Generation counts the applied responses that changed the state.
+	Generation uint64
 }
 
 // XDSStats is the client's state for metrics and /config_dump.
@@ -82,6 +98,7 @@ type XDSClient struct {
 	node     Node
 	validate func(Resource) error
 	onUpdate func(Snapshot)
+	onDelta  func(Update)
 	log      Logger
 	bcfg     backoffConfig
 
@@ -123,6 +140,7 @@ func NewXDSClient(opts XDSOptions) (*XDSClient, error) {
 		node:     opts.Node,
 		validate: opts.Validate,
 		onUpdate: opts.OnUpdate,
+		onDelta:  opts.OnDelta,
 		log:      orNop(opts.Logger),
 		bcfg:     bcfg,
 		ready:    make(chan struct{}),
@@ -300,7 +318,7 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 	accepted, rejected := c.decode(typ, resp.GetResources())
 
 	c.mu.Lock()
-	changed := c.store.apply(typ, accepted, resp.GetRemovedResources())
+	gone, changed := c.store.apply(typ, accepted, resp.GetRemovedResources())
 	ts := c.stats.Types[typ]
 	firstOfType := !ts.Ready
 	ts.Ready = true
@@ -316,14 +334,19 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 	}
 	c.store.ready[typ] = true
 	var snap Snapshot
-	notify := c.onUpdate != nil && (changed || firstOfType)
-	if notify {
+	notify := changed || firstOfType
+	if notify && c.onUpdate != nil {
 		snap = c.store.snapshot()
 	}
+	up := Update{Ready: allReady, Generation: c.store.generation}
 	c.mu.Unlock()
 
-	if notify {
+	if notify && c.onUpdate != nil {
 		c.onUpdate(snap)
+	}
+	if notify && c.onDelta != nil {
+		up.Delta = deltaOf(typ, accepted, gone)
+		c.onDelta(up)
 	}
 	if firstOfType && allReady {
 		close(c.ready)
@@ -337,6 +360,26 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 		ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}
 	}
 	return ack
+}
+
+// deltaOf is the Delta of one applied response.
+func deltaOf(typ string, accepted map[string]entry, gone []string) Delta {
+	var d Delta
+	switch typ {
+	case AddressType:
+		d.Addresses = make(map[string]*workloadapi.Address, len(accepted))
+		for name, e := range accepted {
+			d.Addresses[name] = e.msg.(*workloadapi.Address)
+		}
+		d.RemovedAddresses = gone
+	case AuthorizationType:
+		d.Authorizations = make(map[string]*security.Authorization, len(accepted))
+		for name, e := range accepted {
+			d.Authorizations[name] = e.msg.(*security.Authorization)
+		}
+		d.RemovedAuthorizations = gone
+	}
+	return d
 }
 
 func nackMessage(rejected []string) string {

@@ -704,3 +704,43 @@ func TestXDSRefusedTokenNamesTheFile(t *testing.T) {
 		t.Errorf("last error %q does not say Unauthenticated", h.client.Stats().LastError)
 	}
 }
+
+// OnDelta gets what each response changed: the resources it named and
+// those of its removals that were held, before the ACK, beside OnUpdate's
+// whole Snapshot of the same moment.
+func TestXDSOnDelta(t *testing.T) {
+	noLeaks(t)
+	deltas := make(chan Update, 8)
+	h := newXDSHarness(t, func(o *XDSOptions) { o.OnDelta = func(u Update) { deltas <- u } })
+	h.client.Start()
+	st := h.ads.next(t)
+	st.subscriptions(t)
+	next := func() Update {
+		t.Helper()
+		<-h.snaps
+		select {
+		case u := <-deltas:
+			return u
+		case <-time.After(waitFor):
+			t.Fatal("no delta")
+		}
+		return Update{}
+	}
+	st.push(t, &discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "1", Resources: []*discovery.Resource{workloadRes(t, "a", "1", "10.1.0.1"), workloadRes(t, "b", "1", "10.1.0.2")}})
+	if u := next(); names(u.Delta.Addresses) != "a,b" || len(u.Delta.RemovedAddresses) != 0 || u.Ready {
+		t.Fatalf("first delta: %q removed %v ready %v", names(u.Delta.Addresses), u.Delta.RemovedAddresses, u.Ready)
+	}
+	st.push(t, &discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "2", Resources: []*discovery.Resource{workloadRes(t, "b", "2", "10.1.0.9")},
+		RemovedResources: []string{"a", "never-held"}})
+	u := next()
+	if names(u.Delta.Addresses) != "b" || !slices.Equal(u.Delta.RemovedAddresses, []string{"a"}) {
+		t.Fatalf("second delta: %q removed %v", names(u.Delta.Addresses), u.Delta.RemovedAddresses)
+	}
+	if ip := u.Delta.Addresses["b"].GetWorkload().GetAddresses()[0]; netip.AddrFrom4([4]byte(ip)).String() != "10.1.0.9" {
+		t.Error("b's new version not delivered")
+	}
+	st.push(t, &discovery.DeltaDiscoveryResponse{TypeUrl: AuthorizationType, Nonce: "3"})
+	if u := next(); !u.Ready || len(u.Delta.Addresses)+len(u.Delta.Authorizations) != 0 {
+		t.Fatalf("the first (empty) authorization response: ready %v, %+v", u.Ready, u.Delta)
+	}
+}
