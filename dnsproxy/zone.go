@@ -1,12 +1,15 @@
 package dnsproxy
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/meshtun/meshtun/internal/pmap"
 )
 
 // Host is one name the zone answers: a service's hostname and its VIPs.
@@ -28,17 +31,34 @@ type ZoneOptions struct {
 	TTL time.Duration
 }
 
-// Zone is the mesh's names at one moment: built once per snapshot of the
-// gateway, read-only after, shared by every query that takes it.
+// Zone is the mesh's names at one moment, read-only, shared by every
+// query that takes it. With changes a new Zone shares all but what they
+// changed with the old one (persistent maps), so an istiod push that
+// changes one service costs that service, not the mesh.
 type Zone struct {
-	hosts map[string][]netip.Addr // canonical FQDN ("web.default.svc.cluster.local.") → addresses
-	// inner holds the names that have hosts below them but are no host
-	// themselves ("default.svc.cluster.local."), and the domains: they
-	// exist, so a query for them is NODATA, not NXDOMAIN (RFC 8020).
-	inner     map[string]bool
+	hosts pmap.Map[string, zoneName] // canonical FQDN ("web.default.svc.cluster.local.") → its host
+	byKey pmap.Map[string, zoneEntry] // what each key of With gave
+	// inner counts, for the names that have hosts below them but are no
+	// host themselves ("default.svc.cluster.local."), the hosts below
+	// them: such a name exists, so a query for it is NODATA, not NXDOMAIN
+	// (RFC 8020). The domains are in domainSet.
+	inner     pmap.Map[string, int]
 	domains   []string // canonical FQDNs
+	domainSet map[string]bool
 	namespace string
 	ttl       uint32
+}
+
+// zoneName is one name of the zone: the keys that gave it, sorted, and the
+// union of their addresses in that order.
+type zoneName struct {
+	keys  []string
+	addrs []netip.Addr
+}
+
+type zoneEntry struct {
+	fq    string
+	addrs []netip.Addr
 }
 
 // NewZone builds the zone of hosts. Names are compared without case and
@@ -46,37 +66,98 @@ type Zone struct {
 // a name that is not a valid domain name is left out.
 func NewZone(opts ZoneOptions, hosts []Host) *Zone {
 	z := &Zone{
-		hosts:     make(map[string][]netip.Addr, len(hosts)),
-		inner:     make(map[string]bool),
+		domainSet: make(map[string]bool),
 		namespace: strings.ToLower(opts.Namespace),
 		ttl:       uint32(opts.TTL / time.Second),
 	}
 	for _, d := range opts.Domains {
 		if fq, ok := canonical(d); ok {
 			z.domains = append(z.domains, fq)
-			z.inner[fq] = true
+			z.domainSet[fq] = true
 		}
 	}
-	for _, h := range hosts {
-		fq, ok := canonical(h.Name)
-		if !ok {
-			continue
-		}
-		addrs := z.hosts[fq]
-		for _, a := range h.Addrs {
-			a = a.Unmap()
-			if a.IsValid() && !slices.Contains(addrs, a) {
-				addrs = append(addrs, a)
-			}
-		}
-		z.hosts[fq] = addrs
-		if d := z.domainOf(fq); d != "" {
-			for p := parent(fq); p != "" && p != d && dns.IsSubDomain(d, p); p = parent(p) {
-				z.inner[p] = true
-			}
-		}
+	for i, h := range hosts {
+		z.set(fmt.Sprintf("#%08d", i), h)
 	}
 	return z
+}
+
+// With returns z with the host of each key of changes replaced: a Host
+// with no Name removes the key's. Keys are the caller's names for where a
+// host came from (a service); a key of NewZone's own hosts is never one of
+// the caller's, which start with any byte but '#'.
+func (z *Zone) With(changes map[string]Host) *Zone {
+	if len(changes) == 0 {
+		return z
+	}
+	next := *z
+	for key, h := range changes {
+		next.set(key, h)
+	}
+	return &next
+}
+
+// set replaces the host key gave with h, in place: z is not shared yet.
+func (z *Zone) set(key string, h Host) {
+	if old, ok := z.byKey.Get(key); ok {
+		z.byKey = z.byKey.Delete(key)
+		n, _ := z.hosts.Get(old.fq)
+		n.keys = slices.DeleteFunc(slices.Clone(n.keys), func(k string) bool { return k == key })
+		if len(n.keys) == 0 {
+			z.hosts = z.hosts.Delete(old.fq)
+			z.countInner(old.fq, -1)
+		} else {
+			z.hosts = z.hosts.Set(old.fq, z.union(n.keys))
+		}
+	}
+	fq, ok := canonical(h.Name)
+	if !ok {
+		return
+	}
+	var addrs []netip.Addr
+	for _, a := range h.Addrs {
+		if a = a.Unmap(); a.IsValid() {
+			addrs = append(addrs, a)
+		}
+	}
+	z.byKey = z.byKey.Set(key, zoneEntry{fq, addrs})
+	n, had := z.hosts.Get(fq)
+	keys := append(slices.Clone(n.keys), key)
+	slices.Sort(keys)
+	z.hosts = z.hosts.Set(fq, z.union(keys))
+	if !had {
+		z.countInner(fq, 1)
+	}
+}
+
+// union is the name given by keys.
+func (z *Zone) union(keys []string) zoneName {
+	n := zoneName{keys: keys}
+	for _, k := range keys {
+		e, _ := z.byKey.Get(k)
+		for _, a := range e.addrs {
+			if !slices.Contains(n.addrs, a) {
+				n.addrs = append(n.addrs, a)
+			}
+		}
+	}
+	return n
+}
+
+// countInner adds d to the count of the names between fq and its domain.
+func (z *Zone) countInner(fq string, d int) {
+	dom := z.domainOf(fq)
+	if dom == "" {
+		return
+	}
+	for p := parent(fq); p != "" && p != dom && dns.IsSubDomain(dom, p); p = parent(p) {
+		n, _ := z.inner.Get(p)
+		if n+d == 0 {
+			z.inner = z.inner.Delete(p)
+		} else {
+			z.inner = z.inner.Set(p, n+d)
+		}
+	}
 }
 
 // canonical is name lowercased with its final dot, if it is a valid
@@ -126,19 +207,22 @@ const (
 // addresses and the mesh domain the answer is authoritative for ("" for a
 // host outside them, whose other record types are forwarded).
 func (z *Zone) lookup(fq string) (m match, addrs []netip.Addr, domain string) {
-	if a, ok := z.hosts[fq]; ok {
-		return found, a, z.domainOf(fq)
+	if n, ok := z.hosts.Get(fq); ok {
+		return found, n.addrs, z.domainOf(fq)
 	}
 	for _, name := range z.expand(fq) {
-		if a, ok := z.hosts[name]; ok {
-			return found, a, z.domainOf(fq)
+		if n, ok := z.hosts.Get(name); ok {
+			return found, n.addrs, z.domainOf(fq)
 		}
 	}
 	domain = z.domainOf(fq)
 	switch {
 	case domain == "":
 		return notOurs, nil, ""
-	case z.inner[fq]:
+	case z.domainSet[fq]:
+		return exists, nil, domain
+	}
+	if n, _ := z.inner.Get(fq); n > 0 {
 		return exists, nil, domain
 	}
 	return noSuch, nil, domain
@@ -176,4 +260,4 @@ func (z *Zone) Resolve(name string) ([]netip.Addr, bool) {
 }
 
 // Len is the number of names the zone answers.
-func (z *Zone) Len() int { return len(z.hosts) }
+func (z *Zone) Len() int { return z.hosts.Len() }

@@ -116,3 +116,36 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("an hour on, the idle sources must be swept (%d left)", len(l.sources))
 	}
 }
+
+// With changes what its keys gave and nothing else; the old zone stays.
+func TestZoneWith(t *testing.T) {
+	ad := netip.MustParseAddr
+	z := NewZone(ZoneOptions{Domains: []string{"cluster.local"}}, []Host{{Name: "web.default.svc.cluster.local", Addrs: []netip.Addr{ad("10.96.0.1")}}})
+	z2 := z.With(map[string]Host{
+		"svc/a": {Name: "db.data.svc.cluster.local", Addrs: []netip.Addr{ad("10.96.0.2")}},
+		"svc/b": {Name: "DB.data.svc.cluster.local.", Addrs: []netip.Addr{ad("10.96.0.3"), ad("10.96.0.2")}},
+	})
+	if addrs, ok := z2.Resolve("db.data"); !ok || !slices.Equal(addrs, []netip.Addr{ad("10.96.0.2"), ad("10.96.0.3")}) {
+		t.Errorf("db from two keys: %v %v", addrs, ok)
+	}
+	if _, ok := z.Resolve("db.data.svc.cluster.local"); ok || z.Len() != 1 {
+		t.Errorf("the old zone changed")
+	}
+	if m, _, _ := z2.lookup("data.svc.cluster.local."); m != exists {
+		t.Errorf("the name above a host: %v, want exists", m)
+	}
+	z3 := z2.With(map[string]Host{"svc/a": {}})
+	if addrs, _ := z3.Resolve("db.data.svc.cluster.local"); !slices.Equal(addrs, []netip.Addr{ad("10.96.0.3"), ad("10.96.0.2")}) {
+		t.Errorf("db after one key left: %v", addrs)
+	}
+	z4 := z3.With(map[string]Host{"svc/b": {}})
+	if _, ok := z4.Resolve("db.data.svc.cluster.local"); ok || z4.Len() != 1 {
+		t.Errorf("db still answered after both keys left")
+	}
+	if m, _, _ := z4.lookup("data.svc.cluster.local."); m != noSuch {
+		t.Errorf("the name above no host any more: %v, want noSuch", m)
+	}
+	if addrs, ok := z4.Resolve("web.default"); !ok || !slices.Equal(addrs, []netip.Addr{ad("10.96.0.1")}) {
+		t.Errorf("web: %v %v", addrs, ok)
+	}
+}
