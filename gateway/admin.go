@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -76,7 +77,11 @@ func (g *Gateway) AdminHandler() http.Handler { return g.adminHandler() }
 // Without the three, it is a gateway.toml that parses to the config in
 // force.
 func (g *Gateway) configDump() map[string]any {
-	cfg := g.snapshot().cfg
+	snap := g.snapshot()
+	c := *snap.cfg
+	c.Workloads = append(slices.Clone(c.Workloads), snap.meshWorkloads()...)
+	c.Services = append(slices.Clone(c.Services), snap.meshServices()...)
+	cfg := &c
 	d := config.Dump(cfg)
 	tagSources(d["workloads"], cfg.Workloads, func(w *config.Workload) string { return w.Source })
 	tagSources(d["services"], cfg.Services, func(s *config.Service) string { return s.Source })

@@ -319,7 +319,7 @@ func TestRouteEndpoint(t *testing.T) {
 			}
 		})
 	}
-	if turn := g.snapshot().endpointTurn["default/web"].Load(); turn != 0 {
+	if turn := turnOf(g.snapshot(), "default/web").Load(); turn != 0 {
 		t.Errorf("asking moved the round robin to %d", turn)
 	}
 

@@ -69,9 +69,17 @@ type Gateway struct {
 	// The file's config in force and the mesh's latest state, merged
 	// into cur (reload.go); guarded by reloadMu.
 	file      *config.Config
-	mesh      *mesh.State
+	keys      *fileKeys  // what the file's entries hold (meshstate.go)
+	mesh      *meshState // nil until the first state from istiod
 	meshLog   meshLog
 	meshStats meshCounters
+	// clashes are the mesh's workloads and services dropped for a clash
+	// with the file's, by entry ("w" or "s" and the resource name), why;
+	// clashesBefore those of the snapshot a full rebuild replaces;
+	// policyClashes the mesh's policies dropped.
+	clashes       map[string]string
+	clashesBefore map[string]string
+	policyClashes int
 	// meshReady is closed by the first ApplyMesh of a complete state;
 	// with the mesh on, readiness waits for it.
 	meshReady     chan struct{}
@@ -154,6 +162,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 	g.metrics.openFlows = g.flows.open
 	g.metrics.overLimit = g.flows.refusedOverLimit
 	g.metrics.meshStats = func() (MeshStats, bool) { return g.MeshStats(), cfg.Mesh.Enabled() }
+	g.keys, g.clashes = fileKeysOf(cfg), map[string]string{}
 	g.cur.Store(newSnapshot(cfg, nil))
 	if cfg.Log.AccessLog {
 		g.flows.log = log.Named("access")

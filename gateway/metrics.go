@@ -171,11 +171,13 @@ type metrics struct {
 	ca  atomic.Pointer[mesh.CertManager]
 }
 
-// labelIndex is what labels are looked up in, for one config.
+// labelIndex is what labels are looked up in, for one snapshot: the
+// file's entries here, the mesh's in the snapshot's router (their
+// descriptions made once per entry, as istiod sends it).
 type labelIndex struct {
-	cfg       *config.Config
-	workloads map[netip.Addr]hbone.Baggage // workload description by address
-	hosts     map[string]bool              // service hostnames
+	snap      *snapshot
+	workloads map[netip.Addr]hbone.Baggage // the file's workloads' descriptions by address, and this node's own
+	hosts     map[string]bool              // the file's service hostnames
 	// self describes this node's workload (nodeDescription), and
 	// selfBaggage is it as a baggage header: what outbound CONNECTs from
 	// this node itself send.
@@ -270,18 +272,17 @@ func buildVersion() string {
 	return unknown
 }
 
-// indexFor returns the label index of cfg, building it on first use.
-func (m *metrics) indexFor(cfg *config.Config) *labelIndex {
-	if x := m.index.Load(); x != nil && x.cfg == cfg {
+// indexFor returns the label index of snap, building it on first use: it
+// costs the file's entries, not the mesh's.
+func (m *metrics) indexFor(snap *snapshot) *labelIndex {
+	if x := m.index.Load(); x != nil && x.snap == snap {
 		return x
 	}
-	x := &labelIndex{cfg: cfg, workloads: make(map[netip.Addr]hbone.Baggage), hosts: make(map[string]bool)}
+	cfg := snap.cfg
+	x := &labelIndex{snap: snap, workloads: make(map[netip.Addr]hbone.Baggage), hosts: make(map[string]bool)}
 	for i := range cfg.Workloads {
 		w := &cfg.Workloads[i]
-		d := describe(hbone.Baggage{
-			Cluster: w.Cluster, Namespace: w.Namespace, WorkloadKind: w.WorkloadKind,
-			WorkloadName: cmp.Or(w.WorkloadName, w.Name), Service: w.CanonicalService, Revision: w.CanonicalRevision,
-		})
+		d := describeWorkload(w)
 		for _, a := range w.Addresses {
 			x.workloads[a.Unmap()] = d
 		}
@@ -300,6 +301,25 @@ func (m *metrics) indexFor(cfg *config.Config) *labelIndex {
 	}
 	m.index.Store(x)
 	return x
+}
+
+// describeWorkload is what the metrics' labels say of a configured
+// workload: the mesh's carries istiod's names, a file's its name and
+// namespace.
+func describeWorkload(w *config.Workload) hbone.Baggage {
+	return describe(hbone.Baggage{
+		Cluster: w.Cluster, Namespace: w.Namespace, WorkloadKind: w.WorkloadKind,
+		WorkloadName: cmp.Or(w.WorkloadName, w.Name), Service: w.CanonicalService, Revision: w.CanonicalRevision,
+	})
+}
+
+// host reports whether h is the hostname of a service in force.
+func (x *labelIndex) host(h string) bool {
+	if x.hosts[h] {
+		return true
+	}
+	n, _ := x.snap.router.mesh.hosts.Get(h)
+	return n > 0
 }
 
 // counts returns the counters of l, resolving them on first use. All four
@@ -345,8 +365,14 @@ func (l tcpLabels) values() [len(tcpLabelNames)]string {
 
 // workload is the description of the configured workload at addr.
 func (x *labelIndex) workload(addr netip.Addr) (hbone.Baggage, bool) {
-	d, ok := x.workloads[addr.Unmap()]
-	return d, ok
+	addr = addr.Unmap()
+	if d, ok := x.workloads[addr]; ok {
+		return d, true
+	}
+	if w, ok := x.snap.router.mesh.workloads.Get(addr); ok {
+		return w.desc, true
+	}
+	return hbone.Baggage{}, false
 }
 
 // local describes the workload of this node at addr: a configured
@@ -485,7 +511,7 @@ func (fm *flowMetrics) close(flag string, request, response int64) {
 // or else this node. This gateway's identity is the one its HBONE peers
 // see as the source.
 func (g *Gateway) outboundLabels(snap *snapshot, src netip.AddrPort, plan Plan) (l tcpLabels, baggage string) {
-	x := g.metrics.indexFor(snap.cfg)
+	x := g.metrics.indexFor(snap)
 	source := x.local(src.Addr())
 	baggage = x.selfBaggage
 	if source != x.self {
@@ -531,7 +557,7 @@ func (g *Gateway) outboundLabels(snap *snapshot, src netip.AddrPort, plan Plan) 
 // host= only when it names a configured service: a peer's header must
 // not create series.
 func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src netip.AddrPort) tcpLabels {
-	x := g.metrics.indexFor(snap.cfg)
+	x := g.metrics.indexFor(snap)
 	source := g.metrics.admitClaim(r.PeerIdentity(), r.Baggage())
 	if d, ok := x.workload(src.Addr()); ok {
 		source = hbone.Baggage{
@@ -549,7 +575,7 @@ func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src netip.Addr
 		destinationService:   unknown,
 		securityPolicy:       mutualTLS,
 	}
-	if h := forwardedHost(r.Header().Get("Forwarded")); h != "" && x.hosts[h] {
+	if h := forwardedHost(r.Header().Get("Forwarded")); h != "" && x.host(h) {
 		l.destinationService = h
 	}
 	return l

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/dnsproxy"
+	"github.com/meshtun/meshtun/internal/pmap"
 	"github.com/meshtun/meshtun/mesh"
 )
 
@@ -54,29 +54,46 @@ import (
 
 // snapshot is what one flow uses of the config. Read-only once stored.
 type snapshot struct {
-	cfg    *config.Config // in force: restart-only keys keep their values from the start
+	// cfg is in force: restart-only keys keep their values from the
+	// start. Its workloads and services are the file's; the mesh's are in
+	// meshEntries and routed by router.mesh (meshstate.go). Its network,
+	// own workload, hbone.serve and policies are the merged ones.
+	cfg    *config.Config
 	router *Router
 	authz  *Authorizer
 	zone   *dnsproxy.Zone // the names the DNS server answers (dns.go)
-	// endpointTurn holds one round-robin counter per service, by
-	// "namespace/name"; a reload carries the counters of services it keeps.
-	endpointTurn map[string]*atomic.Uint64
+	// endpointTurn holds one round-robin counter per service and
+	// waypoint, by "namespace/name"; a reload carries the counters of
+	// services it keeps.
+	endpointTurn pmap.Map[string, *atomic.Uint64]
+	// meshEntries is the mesh's state the snapshot was built from, and
+	// routed the routes of its entries in force, by resource name.
+	meshEntries meshState
+	routed      routedByRes
 }
 
+// newSnapshot is the snapshot of cfg's own entries; prev's counters of
+// the services it keeps carry on.
 func newSnapshot(cfg *config.Config, prev *snapshot) *snapshot {
 	s := &snapshot{
-		cfg:          cfg,
-		router:       NewRouter(cfg),
-		authz:        NewAuthorizer(cfg.Policies),
-		zone:         zoneOf(cfg),
-		endpointTurn: make(map[string]*atomic.Uint64),
+		cfg:    cfg,
+		router: NewRouter(cfg),
+		authz:  NewAuthorizer(cfg.Policies),
+		zone:   zoneOf(cfg),
 	}
 	keep := func(key string) {
-		if prev != nil && prev.endpointTurn[key] != nil {
-			s.endpointTurn[key] = prev.endpointTurn[key]
-		} else if s.endpointTurn[key] == nil {
-			s.endpointTurn[key] = new(atomic.Uint64)
+		if _, ok := s.endpointTurn.Get(key); ok {
+			return
 		}
+		var turn *atomic.Uint64
+		ok := false
+		if prev != nil {
+			turn, ok = prev.endpointTurn.Get(key)
+		}
+		if !ok {
+			turn = new(atomic.Uint64)
+		}
+		s.endpointTurn = s.endpointTurn.Set(key, turn)
 	}
 	for _, svc := range cfg.Services {
 		keep(svc.Namespace + "/" + svc.Name)
@@ -96,8 +113,8 @@ func newSnapshot(cfg *config.Config, prev *snapshot) *snapshot {
 // per service, so each endpoint gets an even share of the flows whatever
 // other services are used in between.
 func (s *snapshot) pickEndpoint(service string, n int) int {
-	turn := s.endpointTurn[service]
-	if turn == nil {
+	turn, ok := s.endpointTurn.Get(service)
+	if !ok {
 		return 0
 	}
 	return int((turn.Add(1) - 1) % uint64(n))
@@ -136,6 +153,7 @@ func (g *Gateway) Reload(cfg *config.Config) (changed, restartNeeded []string, e
 		g.log.SetLevel(hclog.LevelFromString(eff.Log.Level)) // the level is shared by every sub-logger
 	}
 	g.file = &eff
+	g.keys = fileKeysOf(g.file)
 	checked, closed := g.swapLocked()
 	g.log.Info("reloaded", "changed", strings.Join(changed, ","),
 		"peers", len(eff.Peers), "workloads", len(eff.Workloads), "services", len(eff.Services), "policies", len(eff.Policies),
@@ -143,19 +161,29 @@ func (g *Gateway) Reload(cfg *config.Config) (changed, restartNeeded []string, e
 	return changed, restartNeeded, nil
 }
 
-// swapLocked puts in force the merge of g.file and g.mesh; when the
-// policies changed, the open inbound connections are authorized again and
-// those now denied closed. The caller holds reloadMu.
+// swapLocked puts in force the merge of g.file and g.mesh, every route
+// built anew; when the policies changed, the open inbound connections are
+// authorized again and those now denied closed. The caller holds
+// reloadMu.
 func (g *Gateway) swapLocked() (checked, closed int) {
 	old := g.snapshot()
-	merged := g.mergeLocked()
-	next := newSnapshot(merged, old)
+	return g.swapToLocked(old, g.fullSnapshotLocked(g.mergeLocked(), old))
+}
 
+// swapChangedLocked is swapLocked for a change of the mesh's entries: the
+// routes ch names are changed, the rest shared with the snapshot in
+// force.
+func (g *Gateway) swapChangedLocked(ch *mesh.Changes) (checked, closed int) {
+	old := g.snapshot()
+	return g.swapToLocked(old, g.changedSnapshotLocked(g.mergeLocked(), old, ch))
+}
+
+func (g *Gateway) swapToLocked(old, next *snapshot) (checked, closed int) {
 	// Swap under the flow table's lock: an inbound flow watched after this
 	// sees the new snapshot (watchInbound), one watched before is in the
 	// list checked below. None is missed.
 	open := g.flows.swap(func() { g.cur.Store(next) })
-	if policiesEqual(old.cfg.Policies, merged.Policies) {
+	if next.authz == old.authz || policiesEqual(old.cfg.Policies, next.cfg.Policies) {
 		return 0, 0
 	}
 	for _, f := range open {
@@ -169,41 +197,6 @@ func (g *Gateway) swapLocked() (checked, closed int) {
 
 func policiesEqual(a, b []config.Policy) bool {
 	return reflect.DeepEqual(a, b)
-}
-
-// ApplyMesh puts st, the mesh's latest state, in force beside the file's
-// entries: the XDSClient's OnUpdate (through mesh.Convert). It takes as
-// long as one swap, never waits on the network, and does not call back
-// into the xDS client.
-func (g *Gateway) ApplyMesh(st mesh.State) {
-	g.reloadMu.Lock()
-	defer g.reloadMu.Unlock()
-	g.mesh = &st
-	g.meshStats.updates.Add(1)
-	g.meshStats.rejected.Store(int64(len(st.Rejections)))
-	var now []string
-	for _, r := range st.Rejections {
-		now = append(now, r.String())
-	}
-	for _, r := range g.meshLog.fresh("rejected", now) {
-		g.log.Error("mesh: resource not used", "resource", r)
-	}
-	checked, closed := g.swapLocked()
-	var noSelf []string
-	if st.Self == nil && st.Ready {
-		noSelf = []string{"no workload of this node"}
-	}
-	if len(g.meshLog.fresh("self", noSelf)) > 0 {
-		g.log.Warn("mesh: istiod sends no workload of this node (namespace and service account ours, an address among INSTANCE_IPS): inbound serves hbone.serve only, the network is the default one, and no workload-selector policy applies")
-	}
-	g.log.Debug("mesh: applied", "generation", st.Generation, "workloads", len(st.Workloads), "services", len(st.Services),
-		"policies", len(st.Policies), "rejected", len(st.Rejections), "inbound_checked", checked, "inbound_closed", closed)
-	if st.Ready {
-		g.meshReadyOnce.Do(func() {
-			g.log.Info("mesh: first complete state from istiod", "workloads", len(st.Workloads), "services", len(st.Services), "policies", len(st.Policies))
-			close(g.meshReady)
-		})
-	}
 }
 
 // MeshStats is what the gateway did with the mesh's state.
@@ -266,101 +259,41 @@ func (l *meshLog) fresh(kind string, now []string) []string {
 }
 
 // mergeLocked is the config in force: the file's, with the mesh's
-// entries that do not clash with it, the mesh's network, and hbone.serve
-// widened by the node's own workload's addresses.
+// network and own workload, its policies that do not clash with the
+// file's, and hbone.serve widened by the node's own workload's
+// addresses. The mesh's workloads and services are not in it: they are
+// routed from persistent maps (meshstate.go), so a merge costs the file,
+// not the mesh.
 func (g *Gateway) mergeLocked() *config.Config {
 	if g.mesh == nil {
 		return g.file
 	}
 	c := *g.file
 	st := g.mesh
-	var clashes []string
-	c.Network, c.Self = st.Network, st.Self
-
-	c.Workloads = slices.Clone(g.file.Workloads)
-	addrs := map[netip.Addr]string{}
-	names := map[string]bool{}
-	for _, w := range c.Workloads {
-		names[w.Namespace+"/"+w.Name] = true
-		for _, a := range w.Addresses {
-			addrs[a.Unmap()] = w.Namespace + "/" + w.Name
-		}
-	}
-	for _, w := range st.Workloads {
-		key := w.Namespace + "/" + w.Name
-		clash := ""
-		if names[key] {
-			clash = "the file has a workload of that namespace and name"
-		}
-		for _, a := range w.Addresses {
-			if o, ok := addrs[a]; ok {
-				clash = fmt.Sprintf("address %s is the file's workload %s", a, o)
-			}
-		}
-		if clash != "" {
-			clashes = append(clashes, "workload "+key+": "+clash)
-			continue
-		}
-		c.Workloads = append(c.Workloads, w)
-	}
-
-	c.Services = slices.Clone(g.file.Services)
-	vips := map[netip.AddrPort]string{}
-	names = map[string]bool{}
-	for _, s := range c.Services {
-		names[s.Namespace+"/"+s.Name] = true
-		for _, v := range s.VIPs {
-			for p := range s.Ports {
-				vips[netip.AddrPortFrom(v.Unmap(), p)] = s.Namespace + "/" + s.Name
-			}
-		}
-	}
-	for _, s := range st.Services {
-		key := s.Namespace + "/" + s.Name
-		clash := ""
-		if names[key] {
-			clash = "the file has a service of that namespace and name"
-		}
-		for _, v := range s.VIPs {
-			for p := range s.Ports {
-				if o, ok := vips[netip.AddrPortFrom(v, p)]; ok {
-					clash = fmt.Sprintf("%s is the file's service %s", netip.AddrPortFrom(v, p), o)
-				}
-			}
-		}
-		if clash != "" {
-			clashes = append(clashes, "service "+key+": "+clash)
-			continue
-		}
-		c.Services = append(c.Services, s)
-	}
+	c.Network, c.Self = st.network, st.self
 
 	c.Policies = slices.Clone(g.file.Policies)
-	names = map[string]bool{}
-	for _, p := range c.Policies {
-		names[p.Name] = true
-	}
-	for _, p := range st.Policies {
-		if names[p.Name] {
+	var clashes []string
+	for _, p := range st.policies {
+		if g.keys.policies[p.Name] {
 			clashes = append(clashes, "policy "+p.Name+": the file has a policy of that name")
 			continue
 		}
 		c.Policies = append(c.Policies, p)
 	}
+	g.policyClashes = len(clashes)
+	for _, cl := range g.meshLog.fresh("clash", clashes) {
+		g.log.Error("mesh: entry from istiod dropped: the file's wins", "clash", cl)
+	}
 
-	if st.Self != nil {
+	if st.self != nil {
 		c.HBONE.Serve = slices.Clone(g.file.HBONE.Serve)
-		for _, a := range st.Self.Addresses {
+		for _, a := range st.self.Addresses {
 			p := netip.PrefixFrom(a, a.BitLen())
 			if !slices.ContainsFunc(c.HBONE.Serve, func(q netip.Prefix) bool { return q.Contains(a) }) {
 				c.HBONE.Serve = append(c.HBONE.Serve, p)
 			}
 		}
-	}
-
-	g.meshStats.clashes.Store(int64(len(clashes)))
-	for _, cl := range g.meshLog.fresh("clash", clashes) {
-		g.log.Error("mesh: entry from istiod dropped: the file's wins", "clash", cl)
 	}
 	return &c
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/internal/pmap"
 )
 
 // Kind says what the gateway does with a captured flow.
@@ -106,15 +108,29 @@ func (p Plan) String() string {
 // else not at all; and a workload of another network than this node's is
 // refused (Plan.OtherNetwork) until double HBONE exists.
 type Router struct {
+	// The file's entries: built once per config (NewRouter).
 	services  map[netip.Addr]*serviceRoute // by VIP
 	workloads map[netip.Addr]*workloadRoute
 	peers     []peerRoute // longest prefix first
 	network   string      // this node's (config.Config.Network)
+	// The mesh's entries, in persistent maps that each istiod update
+	// changes by what it changed (meshstate.go); looked up after the
+	// file's service, and after the file's workload.
+	mesh meshRoutes
+}
+
+// meshRoutes are the routes of the mesh's entries.
+type meshRoutes struct {
+	workloads pmap.Map[netip.Addr, *workloadRoute]
+	byName    pmap.Map[string, *workloadRoute]      // namespace/name: services' endpoints
+	services  pmap.Map[netip.Addr, []*serviceRoute] // by VIP; several when their ports differ, by name
+	hosts     pmap.Map[string, int]                 // service hostnames, with how many services have each
 }
 
 type workloadRoute struct {
-	name      string // namespace/name
-	direct    bool   // protocol TCP: dialled as it is, no HBONE
+	name      string        // namespace/name
+	desc      hbone.Baggage // what the metrics' labels say of it (describeWorkload)
+	direct    bool          // protocol TCP: dialled as it is, no HBONE
 	hbone     netip.AddrPort
 	identity  string
 	addresses []netip.Addr
@@ -123,7 +139,8 @@ type workloadRoute struct {
 }
 
 type serviceRoute struct {
-	name     string // namespace/name
+	name     string       // namespace/name
+	vips     []netip.Addr // a mesh service's, where the router holds it
 	hostname string
 	ports    map[uint16]uint16 // service port → target port (0: the endpoint's)
 	// byPort are the endpoints that serve each service port, in config
@@ -158,55 +175,15 @@ func NewRouter(cfg *config.Config) *Router {
 	}
 	byName := make(map[string]*workloadRoute, len(cfg.Workloads))
 	for i := range cfg.Workloads {
-		w := &cfg.Workloads[i]
-		wr := &workloadRoute{
-			name:     w.Namespace + "/" + w.Name,
-			direct:   strings.EqualFold(w.Protocol, "TCP"),
-			hbone:    w.HBONEAddress,
-			identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
-			waypoint: w.Waypoint,
-		}
-		// The file's workloads carry no network: they are ours.
-		if w.Source == config.SourceXDS && w.Network != cfg.Network {
-			wr.network = w.Network
-		}
-		for _, a := range w.Addresses {
-			wr.addresses = append(wr.addresses, a.Unmap())
-			r.workloads[a.Unmap()] = wr
+		wr := newWorkloadRoute(&cfg.Workloads[i], cfg)
+		for _, a := range wr.addresses {
+			r.workloads[a] = wr
 		}
 		byName[wr.name] = wr
 	}
 	for i := range cfg.Services {
-		s := &cfg.Services[i]
-		sr := &serviceRoute{
-			name:     s.Namespace + "/" + s.Name,
-			hostname: s.Hostname,
-			ports:    s.Ports,
-			byPort:   make(map[uint16][]endpointRoute, len(s.Ports)),
-			remote:   make(map[uint16]string),
-			sans:     s.SubjectAltNames,
-			waypoint: s.Waypoint,
-		}
-		for port, target := range s.Ports {
-			for _, ep := range s.Endpoints {
-				w, ok := byName[ep]
-				if !ok {
-					continue
-				}
-				t := target
-				if own, ok := s.EndpointPorts[ep][port]; ok && own != 0 {
-					t = own
-				}
-				switch {
-				case t == 0: // neither the endpoint nor the service says where
-				case w.network != "":
-					sr.remote[port] = w.network
-				default:
-					sr.byPort[port] = append(sr.byPort[port], endpointRoute{w, t})
-				}
-			}
-		}
-		for _, vip := range s.VIPs {
+		sr := newServiceRoute(&cfg.Services[i], func(name string) (*workloadRoute, bool) { w, ok := byName[name]; return w, ok })
+		for _, vip := range cfg.Services[i].VIPs {
 			r.services[vip.Unmap()] = sr
 		}
 	}
@@ -218,6 +195,60 @@ func NewRouter(cfg *config.Config) *Router {
 	// Longest prefix first; among equal lengths, config order.
 	slices.SortStableFunc(r.peers, func(a, b peerRoute) int { return b.prefix.Bits() - a.prefix.Bits() })
 	return r
+}
+
+// newWorkloadRoute compiles the route of w, an entry of cfg's or the
+// mesh's in cfg's network.
+func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
+	wr := &workloadRoute{
+		name:     w.Namespace + "/" + w.Name,
+		desc:     describeWorkload(w),
+		direct:   strings.EqualFold(w.Protocol, "TCP"),
+		hbone:    w.HBONEAddress,
+		identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
+		waypoint: w.Waypoint,
+	}
+	// The file's workloads carry no network: they are ours.
+	if w.Source == config.SourceXDS && w.Network != cfg.Network {
+		wr.network = w.Network
+	}
+	for _, a := range w.Addresses {
+		wr.addresses = append(wr.addresses, a.Unmap())
+	}
+	return wr
+}
+
+// newServiceRoute compiles the route of s, whose endpoints byName finds.
+func newServiceRoute(s *config.Service, byName func(string) (*workloadRoute, bool)) *serviceRoute {
+	sr := &serviceRoute{
+		name:     s.Namespace + "/" + s.Name,
+		hostname: s.Hostname,
+		ports:    s.Ports,
+		byPort:   make(map[uint16][]endpointRoute, len(s.Ports)),
+		remote:   make(map[uint16]string),
+		sans:     s.SubjectAltNames,
+		waypoint: s.Waypoint,
+	}
+	for port, target := range s.Ports {
+		for _, ep := range s.Endpoints {
+			w, ok := byName(ep)
+			if !ok {
+				continue
+			}
+			t := target
+			if own, ok := s.EndpointPorts[ep][port]; ok && own != 0 {
+				t = own
+			}
+			switch {
+			case t == 0: // neither the endpoint nor the service says where
+			case w.network != "":
+				sr.remote[port] = w.network
+			default:
+				sr.byPort[port] = append(sr.byPort[port], endpointRoute{w, t})
+			}
+		}
+	}
+	return sr
 }
 
 // Pick chooses one of the n endpoints of service ("namespace/name"): an
@@ -234,7 +265,21 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	if s, ok := r.services[dst.Addr()]; ok {
 		return s.route(plan, pick, r)
 	}
-	if w, ok := r.workloads[dst.Addr()]; ok {
+	if ss, ok := r.mesh.services.Get(dst.Addr()); ok {
+		s := ss[0]
+		for _, x := range ss {
+			if _, ok := x.ports[dst.Port()]; ok {
+				s = x
+				break
+			}
+		}
+		return s.route(plan, pick, r)
+	}
+	w, ok := r.workloads[dst.Addr()]
+	if !ok {
+		w, ok = r.mesh.workloads.Get(dst.Addr())
+	}
+	if ok {
 		plan.Via = "workload " + w.name
 		if w.network != "" {
 			return r.otherNetwork(plan, "workload "+w.name, w.network)

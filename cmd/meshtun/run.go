@@ -443,8 +443,9 @@ func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger, caAddr string,
 	}()
 }
 
-// startMesh starts the CA and xDS clients of [mesh] for g: each xDS update
-// is converted (mesh.Convert) and applied (Gateway.ApplyMesh); a resource
+// startMesh starts the CA and xDS clients of [mesh] for g: what each xDS
+// update changed is converted by a mesh.Tracker and applied
+// (Gateway.ApplyMeshChanges), at the cost of the change; a resource
 // the conversion refuses is NACKed (mesh.Validate); each certificate the
 // CA issues is given to g (watch). It returns at once, istiod reachable or
 // not: the clients retry with backoff, and g serves meanwhile. The caller
@@ -479,11 +480,13 @@ func startMesh(cfg *config.Config, g *gateway.Gateway, log hclog.Logger) (*meshC
 	if err != nil {
 		return nil, fmt.Errorf("mesh: %w", err)
 	}
+	// The Tracker is the XDSClient goroutine's: OnDelta calls are serial.
+	tracker := mesh.NewTracker(node)
 	xds, err := mesh.NewXDSClient(mesh.XDSOptions{
 		ControlPlane: cp,
 		Node:         node,
 		Validate:     mesh.Validate,
-		OnUpdate:     func(s mesh.Snapshot) { g.ApplyMesh(mesh.Convert(s, node)) },
+		OnDelta:      func(u mesh.Update) { g.ApplyMeshChanges(tracker.Apply(u.Delta), u.Ready, u.Generation) },
 		Logger:       log.Named("mesh.xds"),
 	})
 	if err != nil {

@@ -1,0 +1,220 @@
+package gateway
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"istio.io/istio/pkg/workloadapi"
+
+	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/mesh"
+)
+
+// meshTestTOML has a file workload and service for the mesh's entries to
+// clash with.
+const meshTestTOML = `version = 1
+[tls]
+cert = "/etc/meshtun/tls/cert.pem"
+key = "/etc/meshtun/tls/key.pem"
+trust_bundle = "/etc/meshtun/tls/ca.pem"
+[dns]
+domains = ["cluster.local"]
+
+[[workloads]]
+name = "a"
+namespace = "file"
+addresses = ["10.1.0.3"]
+
+[[services]]
+name = "pinned"
+namespace = "file"
+hostname = "pinned.file.svc.cluster.local"
+vips = ["10.96.0.1"]
+ports = { 80 = 8080 }
+endpoints = ["file/a"]
+`
+
+// newMeshTestGateway is a Gateway that is not run, for applying states.
+func newMeshTestGateway(t *testing.T) *Gateway {
+	t.Helper()
+	cfg, err := config.Parse([]byte(meshTestTOML), "mesh.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{cfg: cfg, file: cfg, log: hclog.NewNullLogger(), metrics: newMetrics(), meshReady: make(chan struct{}),
+		keys: fileKeysOf(cfg), clashes: map[string]string{}}
+	g.cur.Store(newSnapshot(cfg, nil))
+	return g
+}
+
+func gwIP(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
+
+// randomMeshAddress is an Address from small pools of names, addresses,
+// VIPs and networks, so that clashes (among istiod's entries and with the
+// file's), shared services and waypoints occur.
+func randomMeshAddress(r *rand.Rand, name string) *workloadapi.Address {
+	pick := func(l ...string) string { return l[r.IntN(len(l))] }
+	if r.IntN(4) == 0 {
+		h := pick("web", "api", "wp")
+		s := &workloadapi.Service{Name: h, Namespace: pick("default", "file"), Hostname: h + ".default.svc.cluster.local",
+			Ports:     []*workloadapi.Port{{ServicePort: uint32(80 + r.IntN(2)), TargetPort: uint32(8080 * r.IntN(2))}},
+			Addresses: []*workloadapi.NetworkAddress{{Network: pick("net-1", "net-1", "net-2"), Address: gwIP(fmt.Sprintf("10.96.0.%d", r.IntN(4)))}}}
+		if r.IntN(3) == 0 {
+			s.Waypoint = &workloadapi.GatewayAddress{Destination: &workloadapi.GatewayAddress_Hostname{Hostname: &workloadapi.NamespacedHostname{Namespace: "default", Hostname: "wp.default.svc.cluster.local"}}}
+		}
+		return &workloadapi.Address{Type: &workloadapi.Address_Service{Service: s}}
+	}
+	w := &workloadapi.Workload{Uid: name, Name: pick("a", "b", "c", "d"), Namespace: pick("default", "file"), ServiceAccount: "sa",
+		Addresses: [][]byte{gwIP(fmt.Sprintf("10.1.0.%d", r.IntN(8)))}, TunnelProtocol: workloadapi.TunnelProtocol(r.IntN(2)),
+		Network: pick("net-1", "net-1", "net-2"), Services: map[string]*workloadapi.PortList{}}
+	if r.IntN(5) == 0 {
+		w.Addresses, w.Namespace, w.ServiceAccount, w.Network = [][]byte{gwIP("10.0.0.9")}, "vm", "vm-sa", pick("net-1", "net-2")
+	}
+	if r.IntN(6) == 0 {
+		w.Status = workloadapi.WorkloadStatus_UNHEALTHY
+	}
+	for range r.IntN(3) {
+		pl := &workloadapi.PortList{Ports: []*workloadapi.Port{{ServicePort: 80, TargetPort: uint32(9000 + r.IntN(2))}}}
+		w.Services[pick("default", "file")+"/"+pick("web", "api", "wp")+".default.svc.cluster.local"] = pl
+	}
+	if r.IntN(4) == 0 {
+		w.Waypoint = &workloadapi.GatewayAddress{Destination: &workloadapi.GatewayAddress_Address{Address: &workloadapi.NetworkAddress{Address: gwIP(fmt.Sprintf("10.1.0.%d", r.IntN(8)))}}}
+	}
+	return &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: w}}
+}
+
+// An update applied as a change (ApplyMeshChanges, the XDSClient's path)
+// leaves the gateway routing, naming and labelling exactly as the same
+// state applied whole (ApplyMesh, which rebuilds every route): after each
+// of a random series of deltas, for every destination of the pools, both
+// round-robin choices, the zone's names, the metrics' descriptions, the
+// clashes and /config_dump's entries.
+func TestMeshChangesMatchRebuild(t *testing.T) {
+	node := mesh.Node{Name: "vm-1", Namespace: "vm", ServiceAccount: "vm-sa", InstanceIPs: []netip.Addr{netip.MustParseAddr("10.0.0.9")}}
+	var dsts []netip.AddrPort
+	for i := range 8 {
+		for _, p := range []uint16{80, 81, 9000} {
+			dsts = append(dsts, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), p))
+		}
+	}
+	for i := range 4 {
+		for _, p := range []uint16{80, 81} {
+			dsts = append(dsts, netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 96, 0, byte(i)}), p))
+		}
+	}
+	dsts = append(dsts, netip.MustParseAddrPort("10.0.0.9:80"))
+	hosts := []string{"web.default.svc.cluster.local", "api.default.svc.cluster.local", "wp.default.svc.cluster.local", "pinned.file.svc.cluster.local"}
+
+	for seed := range uint64(25) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		tr := mesh.NewTracker(node)
+		inc, whole := newMeshTestGateway(t), newMeshTestGateway(t)
+		for step := range 40 {
+			d := mesh.Delta{Addresses: map[string]*workloadapi.Address{}}
+			for range 1 + r.IntN(3) {
+				name := fmt.Sprintf("r%d", r.IntN(12))
+				if r.IntN(4) == 0 {
+					d.RemovedAddresses = append(d.RemovedAddresses, name)
+					delete(d.Addresses, name)
+				} else {
+					d.Addresses[name] = randomMeshAddress(r, name)
+				}
+			}
+			inc.ApplyMeshChanges(tr.Apply(d), true, uint64(step))
+			st := tr.State()
+			st.Ready = true
+			whole.ApplyMesh(st)
+
+			a, b := inc.snapshot(), whole.snapshot()
+			// The router of the merged entries as one config, as the
+			// gateway built it before it kept the mesh's apart: the same
+			// plans, where one service holds the VIP.
+			merged := *a.cfg
+			merged.Workloads = append(slices.Clone(merged.Workloads), a.meshWorkloads()...)
+			merged.Services = append(slices.Clone(merged.Services), a.meshServices()...)
+			one := NewRouter(&merged)
+			for _, dst := range dsts {
+				// (One config's router kept the last service of a VIP: where
+				// the file's and the mesh's share one, the file's now wins.)
+				ss, _ := a.router.mesh.services.Get(dst.Addr())
+				if _, file := a.router.services[dst.Addr()]; file {
+					ss = append(ss, nil)
+				}
+				// (And it found a mesh service's endpoint among the file's
+				// workloads by name: now the mesh's of that name is dropped.)
+				nameClash := false
+				for _, c := range inc.clashes {
+					nameClash = nameClash || strings.Contains(c, "of that namespace and name")
+				}
+				if len(ss) < 2 && !nameClash {
+					if pa, po := a.router.Route(dst, nil), one.Route(dst, nil); !reflect.DeepEqual(pa, po) {
+						t.Fatalf("seed %d step %d: %s: the change routes %s, one config's router %s", seed, step, dst, pa, po)
+					}
+				}
+				for n := range 2 {
+					pick := func(string, int) int { return n }
+					if pa, pb := a.router.Route(dst, pick), b.router.Route(dst, pick); !reflect.DeepEqual(pa, pb) {
+						t.Fatalf("seed %d step %d: %s (pick %d): the change routes %s, the rebuild %s", seed, step, dst, n, pa, pb)
+					}
+				}
+				da, oka := inc.metrics.indexFor(a).workload(dst.Addr())
+				db, okb := whole.metrics.indexFor(b).workload(dst.Addr())
+				if da != db || oka != okb {
+					t.Fatalf("seed %d step %d: %s described as %+v by the change, %+v by the rebuild", seed, step, dst.Addr(), da, db)
+				}
+			}
+			for _, h := range hosts {
+				// Several services may share a name: the order of their
+				// addresses is the keys' (resource names here, positions there).
+				aa, oka := a.zone.Resolve(h)
+				ab, okb := b.zone.Resolve(h)
+				slices.SortFunc(aa, netip.Addr.Compare)
+				slices.SortFunc(ab, netip.Addr.Compare)
+				if !reflect.DeepEqual(aa, ab) || oka != okb || inc.metrics.indexFor(a).host(h) != whole.metrics.indexFor(b).host(h) {
+					t.Fatalf("seed %d step %d: %s resolves to %v by the change, %v by the rebuild", seed, step, h, aa, ab)
+				}
+				// Both share the code that builds them: hold it to the
+				// entries in force too.
+				named := slices.ContainsFunc(append(a.meshServices(), a.cfg.Services...), func(s config.Service) bool { return s.Hostname == h })
+				if inc.metrics.indexFor(a).host(h) != named || oka != named {
+					t.Fatalf("seed %d step %d: %s: a service's hostname %v, known to the metrics %v, to the zone %v", seed, step, h, named, inc.metrics.indexFor(a).host(h), oka)
+				}
+			}
+			if ma, mb := inc.MeshStats(), whole.MeshStats(); ma.Clashes != mb.Clashes || ma.Rejected != mb.Rejected {
+				t.Fatalf("seed %d step %d: stats %+v by the change, %+v by the rebuild", seed, step, ma, mb)
+			}
+			if !sameAsSets(a.meshWorkloads(), b.meshWorkloads()) || !sameAsSets(a.meshServices(), b.meshServices()) {
+				t.Fatalf("seed %d step %d: the entries in force differ", seed, step)
+			}
+			if !reflect.DeepEqual(a.cfg.Policies, b.cfg.Policies) || !reflect.DeepEqual(a.cfg.HBONE.Serve, b.cfg.HBONE.Serve) || a.cfg.Network != b.cfg.Network {
+				t.Fatalf("seed %d step %d: the merged configs differ", seed, step)
+			}
+		}
+	}
+}
+
+// sameAsSets compares two lists of entries regardless of order (the
+// change keys entries by resource name, the rebuild by namespace/name).
+func sameAsSets[T any](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	used := make([]bool, len(b))
+outer:
+	for _, x := range a {
+		for j, y := range b {
+			if !used[j] && reflect.DeepEqual(x, y) {
+				used[j] = true
+				continue outer
+			}
+		}
+		return false
+	}
+	return true
+}
