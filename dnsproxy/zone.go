@@ -36,7 +36,7 @@ type ZoneOptions struct {
 // changed with the old one (persistent maps), so an istiod push that
 // changes one service costs that service, not the mesh.
 type Zone struct {
-	hosts pmap.Map[string, zoneName] // canonical FQDN ("web.default.svc.cluster.local.") → its host
+	hosts pmap.Map[string, zoneName]  // canonical FQDN ("web.default.svc.cluster.local.") → its host
 	byKey pmap.Map[string, zoneEntry] // what each key of With gave
 	// inner counts, for the names that have hosts below them but are no
 	// host themselves ("default.svc.cluster.local."), the hosts below
