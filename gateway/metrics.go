@@ -756,6 +756,8 @@ var (
 		"xDS responses applied, wholly or in part, by type.", []string{"type"}, nil)
 	xdsNACKsDesc = prometheus.NewDesc("meshtun_xds_nacks_total",
 		"xDS responses NACKed because at least one resource was rejected, by type; unknown: responses of a type not subscribed to.", []string{"type"}, nil)
+	xdsCoalescedDesc = prometheus.NewDesc("meshtun_xds_coalesced_total",
+		"xDS responses applied together with an earlier one, because they arrived while it was being applied: istiod pushing faster than the state is applied.", nil, nil)
 	caRenewalsDesc = prometheus.NewDesc("meshtun_ca_renewals_total",
 		"Certificate requests to Istio's CA, the first issuance included, by result: success or failure.", []string{"result"}, nil)
 	caExpiryDesc = prometheus.NewDesc("meshtun_ca_cert_expiry_seconds",
@@ -788,7 +790,7 @@ var _ prometheus.Collector = (*meshCollector)(nil)
 
 func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdsConnectedDesc, xdsReconnectsDesc, xdsResourcesDesc,
-		xdsUpdatesDesc, xdsNACKsDesc, caRenewalsDesc, caExpiryDesc} {
+		xdsUpdatesDesc, xdsNACKsDesc, xdsCoalescedDesc, caRenewalsDesc, caExpiryDesc} {
 		ch <- d
 	}
 }
@@ -801,6 +803,7 @@ func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(xdsConnectedDesc, prometheus.GaugeValue, connected)
 		ch <- prometheus.MustNewConstMetric(xdsReconnectsDesc, prometheus.CounterValue, float64(s.Reconnects))
+		ch <- prometheus.MustNewConstMetric(xdsCoalescedDesc, prometheus.CounterValue, float64(s.Coalesced))
 		for url, t := range s.Types {
 			typ := xdsTypeLabel(url)
 			ch <- prometheus.MustNewConstMetric(xdsResourcesDesc, prometheus.GaugeValue, float64(t.Resources), typ)

@@ -56,6 +56,7 @@ func TestMetricsMeshStats(t *testing.T) {
 			mesh.AddressType:       {Resources: 40, Updates: 5, NACKs: 6, Ready: true},
 			mesh.AuthorizationType: {Resources: 7, Updates: 8, NACKs: 9, Ready: true},
 		},
+		Coalesced: 13,
 	}
 	ca := mesh.CAStats{Identity: "spiffe://cluster.local/ns/vm/sa/vm-sa", Expiry: expiry, Renewals: 11, RenewalFailures: 12}
 	running := &meshCollector{
@@ -65,6 +66,7 @@ func TestMetricsMeshStats(t *testing.T) {
 	want := map[string]float64{
 		"meshtun_xds_connected":                         1,
 		"meshtun_xds_reconnects_total":                  2,
+		"meshtun_xds_coalesced_total":                   13,
 		"meshtun_xds_resources{type=address}":           40,
 		"meshtun_xds_resources{type=authorization}":     7,
 		"meshtun_xds_updates_total{type=address}":       5,

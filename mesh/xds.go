@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -73,6 +74,10 @@ type XDSStats struct {
 	LastError string
 	// UnknownTypeNACKs counts responses of a type we did not ask for.
 	UnknownTypeNACKs uint64
+	// Coalesced counts responses applied together with an earlier one
+	// (received while that one was applied): istiod pushing faster than
+	// the state is applied.
+	Coalesced uint64
 	// Types holds one entry per subscribed type URL.
 	Types map[string]TypeStats
 }
@@ -110,6 +115,8 @@ type XDSClient struct {
 	mu    sync.Mutex
 	store *store
 	stats XDSStats
+	// received counts what the stream's receiver read, applied or not.
+	received atomic.Uint64
 }
 
 // NewXDSClient checks opts and makes the client; it does not connect until
@@ -258,13 +265,53 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 		}
 		c.log.Debug("mesh: xds subscribed", "type", typ, "initial_resources", len(versions))
 	}
-	for {
-		resp, err := st.Recv()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return delivered, nil
+	// The receiver reads ahead of the applier, at most maxCoalesce
+	// responses: what arrived while one was applied is applied with the
+	// next, in one OnDelta, and each is ACKed once that is done.
+	recv := make(chan received, maxCoalesce)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			resp, err := st.Recv()
+			c.received.Add(1)
+			select {
+			case recv <- received{resp, err}:
+			case <-ctx.Done():
+				return
 			}
-			return delivered, fmt.Errorf("receive: %w", err)
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer wg.Wait() // after cancel: Recv returns once the stream's context ends
+	defer cancel()
+	for {
+		var r received
+		select {
+		case r = <-recv:
+		case <-ctx.Done():
+			return delivered, ctx.Err()
+		}
+		if r.err != nil {
+			return delivered, receiveError(r.err)
+		}
+		batch := []*discovery.DeltaDiscoveryResponse{r.resp}
+		var pending error
+	more:
+		for len(batch) < maxCoalesce {
+			select {
+			case r = <-recv:
+				if r.err != nil {
+					pending = r.err
+					break more
+				}
+				batch = append(batch, r.resp)
+			default:
+				break more
+			}
 		}
 		if !delivered {
 			delivered = true
@@ -273,10 +320,34 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 			c.mu.Unlock()
 			c.log.Info("mesh: xds connected", "address", c.conn.Target(), "node", c.node.ID())
 		}
-		if err := st.Send(c.handle(resp)); err != nil {
-			return delivered, sendError(st, "ack", err)
+		for _, ack := range c.handle(batch) {
+			if err := st.Send(ack); err != nil {
+				return delivered, sendError(st, "ack", err)
+			}
+		}
+		if pending != nil {
+			return delivered, receiveError(pending)
 		}
 	}
+}
+
+// received is one Recv's result.
+type received struct {
+	resp *discovery.DeltaDiscoveryResponse
+	err  error
+}
+
+// maxCoalesce bounds the responses read ahead and applied together: a
+// control plane that pushes faster than they are applied is read no
+// further ahead than this (gRPC's flow control holds the rest back), and
+// the state is applied once per batch.
+const maxCoalesce = 64
+
+func receiveError(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return fmt.Errorf("receive: %w", err)
 }
 
 // sendError turns the io.EOF of a Send on a broken stream into the
@@ -301,10 +372,54 @@ const maxDrainOnSendError = 16
 // become a message of megabytes. The count of the rest is still given.
 const maxNACKReasons = 20
 
-// handle applies one response and returns its ACK or NACK.
-func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.DeltaDiscoveryRequest {
+// handle applies responses received together, in order, and returns
+// their ACKs and NACKs in the same order. OnUpdate and OnDelta are called
+// once for the batch, before any of it is ACKed: an ACK says the state is
+// applied, as ztunnel's do.
+func (c *XDSClient) handle(batch []*discovery.DeltaDiscoveryResponse) []*discovery.DeltaDiscoveryRequest {
+	acks := make([]*discovery.DeltaDiscoveryRequest, 0, len(batch))
+	var d Delta
+	notify, becameReady := false, false
+	applied := 0
+	for _, resp := range batch {
+		ack, changed, first, ready := c.handleOne(resp, &d)
+		acks = append(acks, ack)
+		if changed || first {
+			notify = true
+			applied++
+		}
+		becameReady = becameReady || first && ready
+	}
+	c.mu.Lock()
+	if applied > 1 {
+		c.stats.Coalesced += uint64(applied - 1)
+	}
+	var snap Snapshot
+	if notify && c.onUpdate != nil {
+		snap = c.store.snapshot()
+	}
+	up := Update{Delta: d, Ready: c.store.ready[AddressType] && c.store.ready[AuthorizationType], Generation: c.store.generation}
+	c.mu.Unlock()
+
+	if notify && c.onUpdate != nil {
+		c.onUpdate(snap)
+	}
+	if notify && c.onDelta != nil {
+		c.onDelta(up)
+	}
+	if becameReady {
+		close(c.ready)
+	}
+	return acks
+}
+
+// handleOne applies one response to the store and adds what it changed
+// to d. It returns the response's ACK or NACK, whether it changed the
+// state, whether it was the first of its type, and whether every type has
+// had its first response now.
+func (c *XDSClient) handleOne(resp *discovery.DeltaDiscoveryResponse, d *Delta) (ack *discovery.DeltaDiscoveryRequest, changed, firstOfType, allReady bool) {
 	typ := resp.GetTypeUrl()
-	ack := &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}
+	ack = &discovery.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.GetNonce()}
 	if !isSubscribed(typ) {
 		c.mu.Lock()
 		c.stats.UnknownTypeNACKs++
@@ -312,7 +427,7 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 		msg := fmt.Sprintf("type %q was not subscribed to", typ)
 		c.log.Warn("mesh: xds NACK", "type", typ, "nonce", resp.GetNonce(), "error", msg)
 		ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}
-		return ack
+		return ack, false, false, false
 	}
 
 	accepted, rejected := c.decode(typ, resp.GetResources())
@@ -320,7 +435,7 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 	c.mu.Lock()
 	gone, changed := c.store.apply(typ, accepted, resp.GetRemovedResources())
 	ts := c.stats.Types[typ]
-	firstOfType := !ts.Ready
+	firstOfType = !ts.Ready
 	ts.Ready = true
 	ts.Updates++
 	if len(rejected) > 0 {
@@ -328,28 +443,14 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 	}
 	ts.Resources = c.store.count(typ)
 	c.stats.Types[typ] = ts
-	allReady := true
+	allReady = true
 	for _, t := range subscribed {
 		allReady = allReady && c.stats.Types[t].Ready
 	}
 	c.store.ready[typ] = true
-	var snap Snapshot
-	notify := changed || firstOfType
-	if notify && c.onUpdate != nil {
-		snap = c.store.snapshot()
-	}
-	up := Update{Ready: allReady, Generation: c.store.generation}
 	c.mu.Unlock()
-
-	if notify && c.onUpdate != nil {
-		c.onUpdate(snap)
-	}
-	if notify && c.onDelta != nil {
-		up.Delta = deltaOf(typ, accepted, gone)
-		c.onDelta(up)
-	}
-	if firstOfType && allReady {
-		close(c.ready)
+	if changed {
+		d.add(typ, accepted, gone)
 	}
 
 	c.log.Debug("mesh: xds applied", "type", typ, "nonce", resp.GetNonce(),
@@ -359,27 +460,38 @@ func (c *XDSClient) handle(resp *discovery.DeltaDiscoveryResponse) *discovery.De
 		c.log.Warn("mesh: xds NACK", "type", typ, "nonce", resp.GetNonce(), "rejected", len(rejected), "error", msg)
 		ack.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}
 	}
-	return ack
+	return ack, changed, firstOfType, allReady
 }
 
-// deltaOf is the Delta of one applied response.
-func deltaOf(typ string, accepted map[string]entry, gone []string) Delta {
-	var d Delta
+// add adds to d what one applied response changed: d then says what d
+// and the response did, one after the other (a name removed after it was
+// added is removed; one added after it was removed is added: Tracker.Apply
+// removes first).
+func (d *Delta) add(typ string, accepted map[string]entry, gone []string) {
 	switch typ {
 	case AddressType:
-		d.Addresses = make(map[string]*workloadapi.Address, len(accepted))
+		if d.Addresses == nil {
+			d.Addresses = make(map[string]*workloadapi.Address, len(accepted))
+		}
+		for _, name := range gone {
+			delete(d.Addresses, name)
+		}
+		d.RemovedAddresses = append(d.RemovedAddresses, gone...)
 		for name, e := range accepted {
 			d.Addresses[name] = e.msg.(*workloadapi.Address)
 		}
-		d.RemovedAddresses = gone
 	case AuthorizationType:
-		d.Authorizations = make(map[string]*security.Authorization, len(accepted))
+		if d.Authorizations == nil {
+			d.Authorizations = make(map[string]*security.Authorization, len(accepted))
+		}
+		for _, name := range gone {
+			delete(d.Authorizations, name)
+		}
+		d.RemovedAuthorizations = append(d.RemovedAuthorizations, gone...)
 		for name, e := range accepted {
 			d.Authorizations[name] = e.msg.(*security.Authorization)
 		}
-		d.RemovedAuthorizations = gone
 	}
-	return d
 }
 
 func nackMessage(rejected []string) string {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -742,5 +743,74 @@ func TestXDSOnDelta(t *testing.T) {
 	st.push(t, &discovery.DeltaDiscoveryResponse{TypeUrl: AuthorizationType, Nonce: "3"})
 	if u := next(); !u.Ready || len(u.Delta.Addresses)+len(u.Delta.Authorizations) != 0 {
 		t.Fatalf("the first (empty) authorization response: ready %v, %+v", u.Ready, u.Delta)
+	}
+}
+
+// Responses that arrive while one is being applied are applied together,
+// in one OnDelta, and counted; each is ACKed, in order, only once the
+// state with it is applied.
+func TestXDSCoalesces(t *testing.T) {
+	noLeaks(t)
+	deltas := make(chan Update, 8)
+	release, started := make(chan struct{}), make(chan struct{})
+	var applied atomic.Int32
+	h := newXDSHarness(t, func(o *XDSOptions) {
+		o.OnUpdate = nil
+		o.OnDelta = func(u Update) {
+			if applied.Add(1) == 1 {
+				close(started)
+				<-release // the first push is slow to apply
+			}
+			deltas <- u
+		}
+	})
+	h.client.Start()
+	st := h.ads.next(t)
+	st.subscriptions(t)
+	send := func(resp *discovery.DeltaDiscoveryResponse) {
+		select {
+		case st.send <- resp:
+		case <-time.After(waitFor):
+			t.Fatal("could not push")
+		}
+	}
+	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "1", Resources: []*discovery.Resource{workloadRes(t, "a", "1", "10.1.0.1")}})
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatal("the first push was not applied")
+	}
+	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "2", Resources: []*discovery.Resource{workloadRes(t, "b", "1", "10.1.0.2")}})
+	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "3", RemovedResources: []string{"a"}})
+	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "4", Resources: []*discovery.Resource{workloadRes(t, "c", "1", "10.1.0.3")}})
+	// Bounded wait until the client has read all four (the first is
+	// being applied, the rest wait for it).
+	deadline := time.Now().Add(waitFor)
+	for h.client.received.Load() < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the client read %d responses", h.client.received.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case req := <-st.reqs:
+		t.Fatalf("an ACK (%s) before the state was applied", req.GetResponseNonce())
+	default:
+	}
+	close(release)
+	first, second := <-deltas, <-deltas
+	if names(first.Delta.Addresses) != "a" {
+		t.Errorf("first delta: %q", names(first.Delta.Addresses))
+	}
+	if names(second.Delta.Addresses) != "b,c" || !slices.Equal(second.Delta.RemovedAddresses, []string{"a"}) {
+		t.Errorf("the three coalesced: %q removed %v", names(second.Delta.Addresses), second.Delta.RemovedAddresses)
+	}
+	for _, nonce := range []string{"1", "2", "3", "4"} {
+		if ack := st.next(t); ack.GetResponseNonce() != nonce || ack.GetErrorDetail() != nil {
+			t.Fatalf("answer %s, want the ACK of %s", ack.GetResponseNonce(), nonce)
+		}
+	}
+	if s := h.client.Stats(); s.Coalesced != 2 || s.Types[AddressType].Resources != 2 {
+		t.Errorf("stats: coalesced %d, resources %d; want 2 and 2", s.Coalesced, s.Types[AddressType].Resources)
 	}
 }
