@@ -50,14 +50,10 @@ type store struct {
 	byType     map[string]pmap.Map[string, entry]
 	ready      map[string]bool
 	generation uint64
-}
-
-func newStore() *store {
-	s := &store{byType: map[string]pmap.Map[string, entry]{}, ready: map[string]bool{}}
-	for _, t := range subscribed {
-		s.byType[t] = pmap.Map[string, entry]{}
-	}
-	return s
+	// messages keeps each resource's message, for snapshot; without it
+	// only names and versions are held (what a reconnect sends), and the
+	// message lives as long as its consumer keeps it.
+	messages bool
 }
 
 // versions returns name → version of what is held of typ.
@@ -87,6 +83,9 @@ func (s *store) apply(typ string, accepted map[string]entry, removed []string) (
 		return nil, false
 	}
 	for name, e := range accepted {
+		if !s.messages {
+			e.msg = nil
+		}
 		next = next.Set(name, e)
 	}
 	s.byType[typ] = next
@@ -99,11 +98,15 @@ func (s *store) apply(typ string, accepted map[string]entry, removed []string) (
 func (s *store) snapshot() Snapshot {
 	addresses := make(map[string]*workloadapi.Address, s.byType[AddressType].Len())
 	for name, e := range s.byType[AddressType].All() {
-		addresses[name] = e.msg.(*workloadapi.Address)
+		if e.msg != nil {
+			addresses[name] = e.msg.(*workloadapi.Address)
+		}
 	}
 	authorizations := make(map[string]*security.Authorization, s.byType[AuthorizationType].Len())
 	for name, e := range s.byType[AuthorizationType].All() {
-		authorizations[name] = e.msg.(*security.Authorization)
+		if e.msg != nil {
+			authorizations[name] = e.msg.(*security.Authorization)
+		}
 	}
 	return Snapshot{
 		Addresses:           addresses,

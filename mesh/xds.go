@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"istio.io/istio/pkg/workloadapi"
 	"istio.io/istio/pkg/workloadapi/security"
+
+	"github.com/meshtun/meshtun/internal/pmap"
 )
 
 // The two types meshtun subscribes to, both as wildcards.
@@ -151,7 +153,7 @@ func NewXDSClient(opts XDSOptions) (*XDSClient, error) {
 		log:      orNop(opts.Logger),
 		bcfg:     bcfg,
 		ready:    make(chan struct{}),
-		store:    newStore(),
+		store:    &store{byType: map[string]pmap.Map[string, entry]{}, ready: map[string]bool{}, messages: opts.OnUpdate != nil},
 		stats:    stats,
 	}, nil
 }
@@ -177,7 +179,10 @@ func (c *XDSClient) Close() error {
 // applied.
 func (c *XDSClient) Ready() <-chan struct{} { return c.ready }
 
-// Snapshot returns the resources held now.
+// Snapshot returns the resources held now. Their messages are held only
+// for a client with OnUpdate: one fed by OnDelta keeps its own
+// conversion, and the store only the names and versions (a Snapshot's
+// maps are then empty).
 func (c *XDSClient) Snapshot() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
