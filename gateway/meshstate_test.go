@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ endpoints = ["file/a"]
 `
 
 // newMeshTestGateway is a Gateway that is not run, for applying states.
-func newMeshTestGateway(t *testing.T) *Gateway {
+func newMeshTestGateway(t testing.TB) *Gateway {
 	t.Helper()
 	cfg, err := config.Parse([]byte(meshTestTOML), "mesh.toml")
 	if err != nil {
@@ -217,4 +218,66 @@ outer:
 		return false
 	}
 	return true
+}
+
+// scaleDelta is a mesh of n pods, a service for every 10, as one Delta,
+// and the pod of index i as a Delta of its own (for a replacement).
+func scalePod(i int, ipBase byte) (string, *workloadapi.Address) {
+	name := fmt.Sprintf("Kubernetes//Pod/default/pod-%d", i)
+	svc := fmt.Sprintf("default/svc-%d.default.svc.cluster.local", i/10)
+	return name, &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: &workloadapi.Workload{
+		Uid: name, Name: fmt.Sprintf("pod-%d", i), Namespace: "default", ServiceAccount: "sa", Node: "node-1",
+		Addresses:      [][]byte{netip.AddrFrom4([4]byte{10, ipBase, byte(i >> 8), byte(i)}).AsSlice()},
+		TunnelProtocol: workloadapi.TunnelProtocol_HBONE, WorkloadName: fmt.Sprintf("deploy-%d", i/10), CanonicalName: fmt.Sprintf("svc-%d", i/10),
+		CanonicalRevision: "v1", ClusterId: "Kubernetes", WorkloadType: workloadapi.WorkloadType_POD,
+		Services: map[string]*workloadapi.PortList{svc: {Ports: []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}}},
+	}}}
+}
+
+func scaleService(i int) (string, *workloadapi.Address) {
+	name := fmt.Sprintf("default/svc-%d.default.svc.cluster.local", i)
+	return name, &workloadapi.Address{Type: &workloadapi.Address_Service{Service: &workloadapi.Service{
+		Name: fmt.Sprintf("svc-%d", i), Namespace: "default", Hostname: fmt.Sprintf("svc-%d.default.svc.cluster.local", i),
+		Addresses: []*workloadapi.NetworkAddress{{Address: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}).AsSlice()}},
+		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}},
+	}}}
+}
+
+// BenchmarkMeshPush is the cost of one istiod push that replaces one pod
+// (its service's endpoints change with it), through the Tracker and the
+// gateway's change, in meshes of 1,000 and 20,000 pods (a service per
+// 10). It reports the heap per address of the mesh held.
+func BenchmarkMeshPush(b *testing.B) {
+	for _, pods := range []int{1000, 20000} {
+		b.Run(fmt.Sprintf("pods=%d", pods), func(b *testing.B) {
+			node := mesh.Node{Name: "vm-1", Namespace: "vm", ServiceAccount: "vm-sa", InstanceIPs: []netip.Addr{netip.MustParseAddr("10.0.0.9")}}
+			var before runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			tr := mesh.NewTracker(node)
+			g := newMeshTestGateway(b)
+			d := mesh.Delta{Addresses: map[string]*workloadapi.Address{}}
+			for i := range pods {
+				name, a := scalePod(i, 1)
+				d.Addresses[name] = a
+				if i%10 == 0 {
+					name, a := scaleService(i / 10)
+					d.Addresses[name] = a
+				}
+			}
+			g.ApplyMeshChanges(tr.Apply(d), true, 1)
+			d = mesh.Delta{}
+			var after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			perAddress := float64(after.HeapAlloc-before.HeapAlloc) / float64(pods+pods/10)
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				i := n % pods
+				name, a := scalePod(i, byte(1+(n/pods+1)%2)) // the pod again, at a new address
+				g.ApplyMeshChanges(tr.Apply(mesh.Delta{Addresses: map[string]*workloadapi.Address{name: a}}), true, uint64(n+2))
+			}
+			b.ReportMetric(perAddress, "heap-B/address")
+		})
+	}
 }

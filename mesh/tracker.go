@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -61,6 +62,7 @@ type Tracker struct {
 	members    map[string]map[string]*trackedWorkload // service key → its kept workloads, by resource name
 	wpUsers    map[string]map[string]bool             // waypoint target (wpTarget) → users ("w"+res, "s"+res)
 	candidates map[string]*trackedWorkload            // workloads that could be this node's own
+	portMaps   map[string]map[uint16]uint16           // portsOf's, by their ports written out
 
 	self    *trackedWorkload
 	network string
@@ -78,10 +80,38 @@ type trackedWorkload struct {
 	res      string
 	key      string // namespace/name
 	cfg      config.Workload
-	services map[string]map[uint16]uint16 // service key → service port → target port
+	services []memberOf // the services it names
 	waypoint *workloadapi.GatewayAddress
 	authz    []string // the policies selecting it
 	kept     bool
+}
+
+// memberOf is one service a workload names, with its ports there.
+type memberOf struct {
+	key   string            // namespace/hostname
+	ports map[uint16]uint16 // service port → target port; shared, never changed (portsOf)
+}
+
+// portsOf is pl's valid ports as a map, the same map for the same ports:
+// the pods of a service name the same ones, and a map per pod would cost
+// more than the rest of its entry.
+func (t *Tracker) portsOf(pl *workloadapi.PortList) map[uint16]uint16 {
+	ports := map[uint16]uint16{}
+	for _, p := range pl.GetPorts() {
+		if p.GetServicePort() > 0 && p.GetServicePort() <= 65535 && p.GetTargetPort() > 0 && p.GetTargetPort() <= 65535 {
+			ports[uint16(p.GetServicePort())] = uint16(p.GetTargetPort())
+		}
+	}
+	keys := slices.Sorted(maps.Keys(ports))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%d:%d,", k, ports[k])
+	}
+	if shared, ok := t.portMaps[b.String()]; ok {
+		return shared
+	}
+	t.portMaps[b.String()] = ports
+	return ports
 }
 
 type trackedService struct {
@@ -147,7 +177,7 @@ func NewTracker(node Node) *Tracker {
 		node: node, own: map[netip.Addr]bool{},
 		wls: map[string]*trackedWorkload{}, svcs: map[string]*trackedService{},
 		pols: map[string]trackedPolicy{}, rejected: map[string]trackedRejection{},
-		candidates: map[string]*trackedWorkload{},
+		candidates: map[string]*trackedWorkload{}, portMaps: map[string]map[uint16]uint16{},
 		outW:       map[string]*config.Workload{}, outS: map[string]*config.Service{},
 	}
 	for _, ip := range node.InstanceIPs {
@@ -325,16 +355,7 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c, waypoint: msg.GetWaypoint(),
 		authz: msg.GetAuthorizationPolicies()}
 	for svc, pl := range msg.GetServices() {
-		ports := map[uint16]uint16{}
-		for _, p := range pl.GetPorts() {
-			if p.GetServicePort() > 0 && p.GetServicePort() <= 65535 && p.GetTargetPort() > 0 && p.GetTargetPort() <= 65535 {
-				ports[uint16(p.GetServicePort())] = uint16(p.GetTargetPort())
-			}
-		}
-		if w.services == nil {
-			w.services = map[string]map[uint16]uint16{}
-		}
-		w.services[svc] = ports
+		w.services = append(w.services, memberOf{svc, t.portsOf(pl)})
 	}
 	if c.Namespace == t.node.Namespace && c.ServiceAccount == t.node.ServiceAccount &&
 		slices.ContainsFunc(c.Addresses, func(a netip.Addr) bool { return t.own[a] }) {
@@ -481,7 +502,8 @@ func (t *Tracker) unwatch(gw *workloadapi.GatewayAddress, user string) {
 // setMember adds or removes w, kept or no longer, from the services it
 // names.
 func (t *Tracker) setMember(w *trackedWorkload, in bool) {
-	for key := range w.services {
+	for _, ms := range w.services {
+		key := ms.key
 		if in {
 			if t.members[key] == nil {
 				t.members[key] = map[string]*trackedWorkload{}
@@ -589,9 +611,12 @@ func (t *Tracker) emit(ch Changes) Changes {
 	for res := range t.dirtyW {
 		var next *config.Workload
 		if w := t.wls[res]; w != nil && w.kept {
-			c := w.cfg
-			c.Waypoint = t.resolveWaypoint(w.waypoint)
-			next = &c
+			next = &w.cfg // never changed once converted: shared with the emitted entry
+			if w.waypoint != nil {
+				c := w.cfg
+				c.Waypoint = t.resolveWaypoint(w.waypoint)
+				next = &c
+			}
 		}
 		prev, had := t.outW[res]
 		if next == nil && !had || next != nil && had && reflect.DeepEqual(prev, next) {
@@ -638,6 +663,16 @@ func (t *Tracker) selfEntry() *config.Workload {
 	return &c
 }
 
+// portsIn is w's ports in the service of key.
+func (w *trackedWorkload) portsIn(key string) map[uint16]uint16 {
+	for _, ms := range w.services {
+		if ms.key == key {
+			return ms.ports
+		}
+	}
+	return nil
+}
+
 // serviceEntry is s with its endpoints and waypoint.
 func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 	c := s.cfg
@@ -648,7 +683,7 @@ func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 			continue
 		}
 		c.Endpoints = append(c.Endpoints, m.key)
-		if ports := m.services[s.key]; len(ports) > 0 {
+		if ports := m.portsIn(s.key); len(ports) > 0 {
 			if c.EndpointPorts == nil {
 				c.EndpointPorts = map[string]map[uint16]uint16{}
 			}
