@@ -178,7 +178,7 @@ func NewTracker(node Node) *Tracker {
 		wls: map[string]*trackedWorkload{}, svcs: map[string]*trackedService{},
 		pols: map[string]trackedPolicy{}, rejected: map[string]trackedRejection{},
 		candidates: map[string]*trackedWorkload{}, portMaps: map[string]map[uint16]uint16{},
-		outW:       map[string]*config.Workload{}, outS: map[string]*config.Service{},
+		outW: map[string]*config.Workload{}, outS: map[string]*config.Service{},
 	}
 	for _, ip := range node.InstanceIPs {
 		t.own[ip.Unmap()] = true
