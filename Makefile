@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build test test-tools test-istiod vet unit demo demo-mesh bench fuzz soak clean
+.PHONY: all build test test-tools test-istiod vet unit demo demo-mesh bench bench-scale fuzz soak clean
 
 all: build
 
@@ -79,6 +79,25 @@ demo-mesh: build
 bench: build
 	@command -v iperf3 >/dev/null 2>&1 || apt-get install -y -q iperf3 >/dev/null 2>&1 || echo "iperf3 not installed: its cross-check row will be skipped"
 	$(GO) run ./bench/cmd/meshtun-bench -bin $(BIN) $(BENCHFLAGS)
+	$(MAKE) bench-scale
+
+## bench-scale: Istio's control plane (interop/istiod, in process) grows
+## the mesh to each of SCALEPODS pods (a Service per 10) and churns it at
+## 10 pod replacements a second, pushing every change; it measures node
+## A's gateway ($(BIN)) at each size: CPU of the bulk add and per push,
+## add → routed lag, RSS per address, an echo flow through the pair
+## (bench/README.md, "Scale with the mesh"). The table and a CPU profile
+## of a push at the largest size go to bin/scale/, the log to
+## bin/scale.log. Needs root; the first run builds Istio's tree
+## (interop/istiod/README.md, Build times).
+SCALEPODS  ?= 1000,20000
+SCALECHURN ?= 10s
+bench-scale: build
+	@mkdir -p bin
+	cd interop/istiod && MESHTUN_BIN=$(CURDIR)/$(BIN) MESHTUN_SCALE_PODS=$(SCALEPODS) MESHTUN_SCALE_CHURN=$(SCALECHURN) \
+		MESHTUN_SCALE_OUT=$(CURDIR)/bin/scale $(GO) test -count=1 -run '^TestScale$$' -v -timeout 3h ./e2e/ >$(CURDIR)/bin/scale.log 2>&1; rc=$$?; \
+		grep -E '^(---|ok|FAIL|PASS)|Error|profile' $(CURDIR)/bin/scale.log; \
+		[ $$rc != 0 ] || cat $(CURDIR)/bin/scale/scale.md; exit $$rc
 
 ## fuzz: every `func Fuzz…` target of the module, each for FUZZTIME
 ## (default 10s; e.g. make fuzz FUZZTIME=5m). `make test` already runs

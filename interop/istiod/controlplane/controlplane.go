@@ -107,6 +107,11 @@ type Options struct {
 	// IstioLogLevel sets the output level of every Istio log scope
 	// ("debug", "info", "warn", "error", "none"); default "error".
 	IstioLogLevel string
+	// NoDebounce pushes every change as it comes (PILOT_DEBOUNCE_AFTER=0)
+	// instead of merging the changes of istiod's 100 ms debounce: the
+	// scale tests use it to make every change a push of its own. Changes
+	// that arrive while a push is being made are merged all the same.
+	NoDebounce bool
 }
 
 // ControlPlane is a running in-process istiod. Its methods are safe for
@@ -264,14 +269,18 @@ func (c *ControlPlane) start() error {
 func (c *ControlPlane) startDiscovery() (*fakexds.FakeDiscoveryServer, error) {
 	done := make(chan struct{})
 	var srv *fakexds.FakeDiscoveryServer
+	// istiod's PILOT_DEBOUNCE_AFTER (100ms by default), not the test
+	// default of none: the delay from a change to its push is then the
+	// one a real mesh shows.
+	debounce := features.DebounceAfter
+	if c.opts.NoDebounce {
+		debounce = 0
+	}
 	go func() {
 		defer close(done)
 		srv = fakexds.NewFakeDiscoveryServer(c.failer, fakexds.FakeOptions{
 			DefaultClusterName: cluster.ID(c.opts.ClusterID),
-			// istiod's PILOT_DEBOUNCE_AFTER (100ms by default), not the test
-			// default of none: the delay from a change to its push is then
-			// the one a real mesh shows.
-			DebounceTime: features.DebounceAfter,
+			DebounceTime:       debounce,
 			KubeClientModifier: func(client kubelib.Client) {
 				client.Kube().(*fake.Clientset).PrependReactor("create", "tokenreviews", c.tokens.review)
 			},

@@ -111,9 +111,20 @@ func workloadEntryName(n *topo.Node) string { return n.Name } // node-a, node-b
 func identity(sa string) string             { return "spiffe://cluster.local/ns/" + meshNS + "/sa/" + sa }
 
 // meshtunBinary builds cmd/meshtun of the project (two directories up)
-// into dir.
+// into dir, or returns $MESHTUN_BIN if that is set: the scale test's
+// figures for an earlier build are measured that way.
 func meshtunBinary(t *testing.T, dir string) string {
 	t.Helper()
+	if bin := os.Getenv("MESHTUN_BIN"); bin != "" {
+		abs, err := filepath.Abs(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(abs); err != nil {
+			t.Fatalf("MESHTUN_BIN: %v", err)
+		}
+		return abs
+	}
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
@@ -127,10 +138,20 @@ func meshtunBinary(t *testing.T, dir string) string {
 	return bin
 }
 
+// setupOptions changes what setupWith builds.
+type setupOptions struct {
+	// noDebounce makes istiod push every change on its own
+	// (controlplane.Options.NoDebounce).
+	noDebounce bool
+}
+
 // setup builds the topology, starts istiod in node A, applies the mesh's
 // objects and starts meshtun in node B, then node A, each waited ready.
 // Everything is undone at t's cleanup.
-func setup(t *testing.T) *mesh {
+func setup(t *testing.T) *mesh { return setupWith(t, setupOptions{}) }
+
+// setupWith is setup with options.
+func setupWith(t *testing.T, opts setupOptions) *mesh {
 	t.Helper()
 	if err := topo.Available(); err != nil {
 		t.Skipf("needs network namespaces: %v", err)
@@ -153,7 +174,7 @@ func setup(t *testing.T) *mesh {
 	}
 	cp, err := controlplane.Start(controlplane.Options{
 		Addr: netip.AddrPortFrom(tp.A.VethIP4, 15012).String(), Dir: filepath.Join(m.dir, "istiod"),
-		Logf: t.Logf, IstioLogLevel: level,
+		Logf: t.Logf, IstioLogLevel: level, NoDebounce: opts.noDebounce,
 		Listen: func(addr string) (net.Listener, error) { return tp.A.Listen("tcp", addr) },
 	})
 	if err != nil {
