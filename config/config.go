@@ -103,8 +103,10 @@ type Gateway struct {
 	// the metrics of its flows (source_* outbound, destination_* inbound).
 	// "" is not known: with [mesh] on, the value istiod gives this node's
 	// own workload (Config.Self; the namespace also mesh.namespace, the
-	// cluster mesh.cluster_id), else "unknown" on the metrics and nothing
-	// in the baggage. A value set here wins over the mesh's: the operator
+	// cluster mesh.cluster_id), else what the node knows of itself (the
+	// namespace of its SPIFFE identity, gateway.name as the workload's
+	// name), else "unknown" on the metrics and nothing in the baggage. A
+	// value set here wins over the mesh's: the operator
 	// named it. A reload applies them: they only describe, and new flows
 	// take the new description.
 	Cluster           string `toml:"cluster" reload:"apply"`

@@ -159,6 +159,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 		g.certInForceLocked()
 		g.certMu.Unlock()
 	}
+	g.metrics.identity = g.identity
 	g.metrics.openFlows = g.flows.open
 	g.metrics.overLimit = g.flows.refusedOverLimit
 	g.metrics.meshStats = func() (MeshStats, bool) { return g.MeshStats(), cfg.Mesh.Enabled() }

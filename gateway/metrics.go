@@ -151,6 +151,11 @@ type metrics struct {
 	// serving.
 	overLimit func(direction string) uint64
 
+	// identity is this gateway's SPIFFE ID (Gateway.identity), which
+	// with gateway.name describes this node when nothing else does
+	// (nodeDescription). Set once, in New.
+	identity string
+
 	// index names the configured workloads and services of the config in
 	// force: the only workload and service label values besides
 	// "unknown". Rebuilt when a reload brings a new config.
@@ -287,7 +292,7 @@ func (m *metrics) indexFor(snap *snapshot) *labelIndex {
 			x.workloads[a.Unmap()] = d
 		}
 	}
-	x.self = nodeDescription(cfg)
+	x.self = nodeDescription(cfg, m.identity)
 	x.selfBaggage = x.self.String()
 	if cfg.Self != nil {
 		for _, a := range cfg.Self.Addresses {
@@ -382,31 +387,6 @@ func (x *labelIndex) local(addr netip.Addr) hbone.Baggage {
 		return d
 	}
 	return x.self
-}
-
-// nodeDescription is this node's workload as the [gateway] keys describe
-// it, each key left "" taken from the mesh (the node's own workload as
-// istiod describes it, then [mesh]'s namespace and cluster_id): the
-// operator's value wins over istiod's.
-func nodeDescription(cfg *config.Config) hbone.Baggage {
-	g := &cfg.Gateway
-	var self config.Workload
-	if cfg.Self != nil {
-		self = *cfg.Self
-		self.WorkloadName = cmp.Or(self.WorkloadName, self.Name)
-	}
-	var meshNamespace, meshCluster string
-	if cfg.Mesh.Enabled() {
-		meshNamespace, meshCluster = cfg.Mesh.Namespace, cfg.Mesh.ClusterID
-	}
-	return describe(hbone.Baggage{
-		Cluster:      cmp.Or(g.Cluster, self.Cluster, meshCluster),
-		Namespace:    cmp.Or(g.WorkloadNamespace, self.Namespace, meshNamespace),
-		WorkloadKind: g.WorkloadKind,
-		WorkloadName: cmp.Or(g.WorkloadName, self.WorkloadName),
-		Service:      cmp.Or(g.CanonicalService, self.CanonicalService),
-		Revision:     cmp.Or(g.CanonicalRevision, self.CanonicalRevision),
-	})
 }
 
 // describe completes a workload's description with Istio's defaults for

@@ -108,6 +108,47 @@ func TestMetricsBaggageLabels(t *testing.T) {
 	}
 }
 
+// With no description configured anywhere, each node describes itself
+// by what it knows (nodeDescription): gateway.name as its workload, the
+// namespace of its SPIFFE identity. A's CONNECT carries it as baggage,
+// so B's metrics name the source; B names itself as the destination.
+func TestMetricsBaggageSelfDescribed(t *testing.T) {
+	e := newOutboundEnv(t, "")
+	target := echo(t)
+	r := newFakeRequest(t, target)
+	e.a.serveOutbound(r)
+	if acc, _ := r.decisions(); acc != 1 {
+		t.Fatal("the flow was not accepted")
+	}
+	r.app.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.app.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	r.app.CloseWrite()
+	if back, err := io.ReadAll(r.app); err != nil || string(back) != "ping" {
+		t.Fatalf("app read %q, %v", back, err)
+	}
+	accessLine(t, e.aLogs, target)
+	accessLine(t, e.logs, target)
+
+	source := sideLabels("source", "node-a", "meshtun", "node-a", "latest", "unknown")
+	for _, c := range []struct {
+		name   string
+		g      *Gateway
+		labels map[string]string
+	}{
+		{"B", e.g, merged(source, sideLabels("destination", "node-b", "meshtun", "node-b", "latest", "unknown"), map[string]string{"reporter": "destination"})},
+		{"A", e.a, merged(source, map[string]string{"reporter": "source", "destination_workload": "unknown"})},
+	} {
+		srv := httptest.NewServer(c.g.metricsHandler())
+		samples := scrape(t, srv.URL, "/metrics")
+		srv.Close()
+		if v, _ := find(t, samples, "istio_tcp_connections_opened_total", c.labels); v != 1 {
+			t.Errorf("gateway %s: istio_tcp_connections_opened_total%v = %v, want 1", c.name, c.labels, v)
+		}
+	}
+}
+
 // With the mesh's state, each node's own workload as istiod describes it
 // names it, in its baggage and its labels; a [gateway] key set in the
 // file wins over istiod's value.
@@ -236,38 +277,6 @@ addresses = ["10.9.9.9"]
 	send("k8s.cluster.name=c9,k8s.namespace.name=liar,k8s.deployment.name=liar,service.name=liar")
 	if v := opened(sideLabels("source", "known", "data", "known", "latest", "unknown")); v != 1 {
 		t.Errorf("a configured source: %v flows labelled by the config, want 1", v)
-	}
-}
-
-// The node's description: each [gateway] key wins over the mesh's own
-// workload, the rest comes from it, then from [mesh]; Istio's defaults
-// fill the canonical service and revision.
-func TestNodeDescription(t *testing.T) {
-	self := &config.Workload{Name: "vm-1", Namespace: "vm", WorkloadName: "db-vm", CanonicalService: "db", CanonicalRevision: "v2", Cluster: "c-mesh"}
-	for _, c := range []struct {
-		name string
-		cfg  func(*config.Config)
-		want hbone.Baggage
-	}{
-		{"nothing known", func(*config.Config) {}, hbone.Baggage{}},
-		{"the file alone", func(c *config.Config) { describeAs(c, "c1", "ns", "w", "", "") },
-			hbone.Baggage{Cluster: "c1", Namespace: "ns", WorkloadKind: "pod", WorkloadName: "w", Service: "w", Revision: "latest"}},
-		{"the mesh without its workload", func(c *config.Config) { c.Mesh.XDSAddress, c.Mesh.Namespace = "istiod:15012", "vm" },
-			hbone.Baggage{Cluster: "Kubernetes", Namespace: "vm"}},
-		{"the mesh's workload", func(c *config.Config) { c.Mesh.XDSAddress, c.Mesh.Namespace, c.Self = "istiod:15012", "vm", self },
-			hbone.Baggage{Cluster: "c-mesh", Namespace: "vm", WorkloadKind: "pod", WorkloadName: "db-vm", Service: "db", Revision: "v2"}},
-		{"the file wins", func(c *config.Config) {
-			c.Mesh.XDSAddress, c.Mesh.Namespace, c.Self = "istiod:15012", "vm", self
-			c.Gateway.WorkloadName, c.Gateway.CanonicalRevision, c.Gateway.WorkloadKind = "db-vm-2", "v9", "deployment"
-		}, hbone.Baggage{Cluster: "c-mesh", Namespace: "vm", WorkloadKind: "deployment", WorkloadName: "db-vm-2", Service: "db", Revision: "v9"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			cfg := config.Default()
-			c.cfg(cfg)
-			if got := nodeDescription(cfg); got != c.want {
-				t.Errorf("nodeDescription = %+v, want %+v", got, c.want)
-			}
-		})
 	}
 }
 

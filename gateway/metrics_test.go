@@ -161,7 +161,9 @@ func metricsGateway(t *testing.T) *Gateway {
 		{Name: "server", Namespace: "default", Addresses: []netip.Addr{netip.MustParseAddr("10.244.2.5")}},
 	}
 	cfg.Services = []config.Service{{Name: "web", Namespace: "default", Hostname: "web.default.svc.cluster.local"}}
+	cfg.Gateway.Name = "node-a"
 	g := &Gateway{cfg: cfg, identity: testIDA, metrics: newMetrics()}
+	g.metrics.identity = testIDA
 	g.metrics.openFlows = g.flows.open
 	g.cur.Store(newSnapshot(cfg, nil))
 	return g
@@ -221,7 +223,10 @@ func TestMetricsOutboundFlows(t *testing.T) {
 		}
 		return out
 	}
-	peer := with(service, "source_workload", "unknown", "destination_workload", "unknown", "destination_service", "unknown")
+	// A source no workload is configured at is this node, described by
+	// gateway.name and its identity's namespace (nodeDescription).
+	peer := with(service, "source_workload", "node-a", "source_workload_namespace", "meshtun", "source_canonical_service", "node-a",
+		"source_canonical_revision", "latest", "destination_workload", "unknown", "destination_service", "unknown")
 	unrouted := with(peer, "destination_principal", "unknown", "connection_security_policy", "unknown")
 
 	for _, path := range []string{"/metrics", "/stats/prometheus"} {
