@@ -721,14 +721,16 @@ func TestCertManagerCACallTimesOut(t *testing.T) {
 	p := newTestPKI(t)
 	ca, addr := startCA(t, p)
 	opts := testCAOptions(t, p, addr)
-	opts.CertTTL = 4 * time.Second
+	// The first renewal comes at about half the TTL: long enough that a
+	// test descheduled on a loaded machine still sets hang before it.
+	opts.CertTTL = 10 * time.Second
 	opts.CallTimeout = 100 * time.Millisecond
 	opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, 80*time.Millisecond
 	m, updates := startedCertManager(t, opts)
-	first := ca.next(t)
 	ca.mu.Lock()
 	ca.hang = true
 	ca.mu.Unlock()
+	first := ca.next(t)
 
 	for i := range 3 {
 		if call := ca.next(t); !call.failed {
