@@ -66,6 +66,7 @@ type Tracker struct {
 
 	self    *trackedWorkload
 	network string
+	strs    stringTable // what the workloads repeat, shared
 
 	outW map[string]*config.Workload // what Apply last emitted
 	outS map[string]*config.Service
@@ -201,6 +202,9 @@ func (t *Tracker) resetIndexes() {
 func (t *Tracker) Apply(d Delta) Changes {
 	t.dirtyW, t.dirtyS = map[string]bool{}, map[string]bool{}
 	t.dirtyKeys, t.dirtyWP = map[string]bool{}, map[string]bool{}
+	// A bulk change's sets are as large as the mesh: not kept until the
+	// next push.
+	defer func() { t.dirtyW, t.dirtyS, t.dirtyKeys, t.dirtyWP = nil, nil, nil, nil }()
 	t.polsDirty = false
 	selfBefore := t.self
 
@@ -352,6 +356,7 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 	if len(c.Addresses) == 0 {
 		return // hostname only: nothing to route to
 	}
+	t.strs.workload(&c, len(t.wls))
 	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c, waypoint: msg.GetWaypoint(),
 		authz: msg.GetAuthorizationPolicies()}
 	for svc, pl := range msg.GetServices() {
