@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pkg/workloadapi"
 
 	"github.com/meshtun/meshtun/config"
@@ -225,22 +226,36 @@ outer:
 func scalePod(i int, ipBase byte) (string, *workloadapi.Address) {
 	name := fmt.Sprintf("Kubernetes//Pod/default/pod-%d", i)
 	svc := fmt.Sprintf("default/svc-%d.default.svc.cluster.local", i/10)
-	return name, &workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: &workloadapi.Workload{
+	return name, decoded(&workloadapi.Address{Type: &workloadapi.Address_Workload{Workload: &workloadapi.Workload{
 		Uid: name, Name: fmt.Sprintf("pod-%d", i), Namespace: "default", ServiceAccount: "sa", Node: "node-1",
 		Addresses:      [][]byte{netip.AddrFrom4([4]byte{10, ipBase, byte(i >> 8), byte(i)}).AsSlice()},
 		TunnelProtocol: workloadapi.TunnelProtocol_HBONE, WorkloadName: fmt.Sprintf("deploy-%d", i/10), CanonicalName: fmt.Sprintf("svc-%d", i/10),
 		CanonicalRevision: "v1", ClusterId: "Kubernetes", WorkloadType: workloadapi.WorkloadType_POD,
 		Services: map[string]*workloadapi.PortList{svc: {Ports: []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}}},
-	}}}
+	}}})
+}
+
+// decoded is a as the gateway holds it off the wire: every string its
+// own, as protobuf decodes them, none a constant of the program's.
+func decoded(a *workloadapi.Address) *workloadapi.Address {
+	b, err := proto.Marshal(a)
+	if err != nil {
+		panic(err)
+	}
+	out := new(workloadapi.Address)
+	if err := proto.Unmarshal(b, out); err != nil {
+		panic(err)
+	}
+	return out
 }
 
 func scaleService(i int) (string, *workloadapi.Address) {
 	name := fmt.Sprintf("default/svc-%d.default.svc.cluster.local", i)
-	return name, &workloadapi.Address{Type: &workloadapi.Address_Service{Service: &workloadapi.Service{
+	return name, decoded(&workloadapi.Address{Type: &workloadapi.Address_Service{Service: &workloadapi.Service{
 		Name: fmt.Sprintf("svc-%d", i), Namespace: "default", Hostname: fmt.Sprintf("svc-%d.default.svc.cluster.local", i),
 		Addresses: []*workloadapi.NetworkAddress{{Address: netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}).AsSlice()}},
 		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}},
-	}}}
+	}}})
 }
 
 // BenchmarkMeshPush is the cost of one istiod push that replaces one pod

@@ -375,7 +375,7 @@ func (x *labelIndex) workload(addr netip.Addr) (hbone.Baggage, bool) {
 		return d, true
 	}
 	if w, ok := x.snap.router.mesh.workloads.Get(addr); ok {
-		return w.desc, true
+		return w.desc.Value(), true
 	}
 	return hbone.Baggage{}, false
 }

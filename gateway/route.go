@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unique"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
@@ -128,14 +129,13 @@ type meshRoutes struct {
 }
 
 type workloadRoute struct {
-	name      string        // namespace/name
-	desc      hbone.Baggage // what the metrics' labels say of it (describeWorkload)
-	direct    bool          // protocol TCP: dialled as it is, no HBONE
-	hbone     netip.AddrPort
+	name      string                       // namespace/name
+	desc      unique.Handle[hbone.Baggage] // what the metrics' labels say of it (describeWorkload), shared by a workload's pods
+	direct    bool                         // protocol TCP: dialled as it is, no HBONE
 	identity  string
-	addresses []netip.Addr
-	network   string // set for a workload of another network than ours
-	waypoint  *config.Waypoint
+	addresses []netip.Addr // w's, unmapped
+	network   string       // set for a workload of another network than ours
+	w         *config.Workload
 }
 
 type serviceRoute struct {
@@ -202,18 +202,21 @@ func NewRouter(cfg *config.Config) *Router {
 func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
 	wr := &workloadRoute{
 		name:     w.Namespace + "/" + w.Name,
-		desc:     describeWorkload(w),
+		desc:     unique.Make(describeWorkload(w)),
 		direct:   strings.EqualFold(w.Protocol, "TCP"),
-		hbone:    w.HBONEAddress,
 		identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
-		waypoint: w.Waypoint,
+		w:        w, // never changed once in force: shared, not copied
 	}
 	// The file's workloads carry no network: they are ours.
 	if w.Source == config.SourceXDS && w.Network != cfg.Network {
 		wr.network = w.Network
 	}
-	for _, a := range w.Addresses {
-		wr.addresses = append(wr.addresses, a.Unmap())
+	wr.addresses = w.Addresses // the mesh's are unmapped: shared
+	if slices.ContainsFunc(w.Addresses, netip.Addr.Is4In6) {
+		wr.addresses = nil
+		for _, a := range w.Addresses {
+			wr.addresses = append(wr.addresses, a.Unmap())
+		}
 	}
 	return wr
 }
@@ -284,8 +287,8 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 		if w.network != "" {
 			return r.otherNetwork(plan, "workload "+w.name, w.network)
 		}
-		if w.waypoint != nil {
-			return waypointRoute(plan, w.waypoint, pick)
+		if w.w.Waypoint != nil {
+			return waypointRoute(plan, w.w.Waypoint, pick)
 		}
 		return w.route(plan, dst)
 	}
@@ -408,7 +411,7 @@ func (w *workloadRoute) route(plan Plan, target netip.AddrPort) Plan {
 		return plan
 	}
 	plan.Kind = HBONE
-	plan.HBONEAddress = w.hbone
+	plan.HBONEAddress = w.w.HBONEAddress
 	plan.Identities = []string{w.identity}
 	return plan
 }
