@@ -9,15 +9,21 @@
 // took, without a lock. A Go map copied on every write costs what the
 // mesh holds; this costs O(log₃₂ n) node copies of at most 32 slots.
 //
-// The structure is a hash array mapped trie: each level takes five bits
-// of the key's 64-bit hash, a node keeps only the slots in use (a bitmap
-// and a packed slice), and keys whose whole hashes collide share a bucket
-// at the bottom.
+// The structure is a hash array mapped trie in the compressed layout of
+// Steindorfer and Vinju's CHAMP: each level takes five bits of the key's
+// 64-bit hash; a node keeps its entries and its subtrees in two packed
+// slices, each with a bitmap of the slots it fills, so an entry costs its
+// own size in its node and nothing more (a slot of pointers per entry
+// cost as much again: issue "Scale with the mesh", memory per address).
+// Keys whose whole hashes collide share a bucket below the last level.
+// Slices are never changed once a node is built: a new version shares
+// every slice it did not change.
 package pmap
 
 import (
 	"hash/maphash"
 	"math/bits"
+	"slices"
 )
 
 // seed is one per process: hashes never leave it.
@@ -29,16 +35,13 @@ type Map[K comparable, V any] struct {
 	n    int
 }
 
+// node is a level of the trie, or, at maxShift, a bucket of entries
+// whose hashes are all the same (datamap and nodemap unused).
 type node[K comparable, V any] struct {
-	bitmap uint32 // slot i is in use when bit i is set
-	slots  []slot[K, V]
-}
-
-// slot is a subtree or, with sub nil, the entries of one full hash (one,
-// or more when their hashes collide).
-type slot[K comparable, V any] struct {
-	sub     *node[K, V]
+	datamap uint32 // slot i holds an entry when bit i is set
+	nodemap uint32 // slot i holds a subtree when bit i is set
 	entries []entry[K, V]
+	subs    []*node[K, V]
 }
 
 type entry[K comparable, V any] struct {
@@ -49,13 +52,18 @@ type entry[K comparable, V any] struct {
 
 const (
 	bitsPerLevel = 5
-	maxShift     = 64 // past it every bit of the hash is used: a collision bucket
+	maxShift     = 64 // a node this deep is a bucket: every bit of the hash is used
 )
 
 // hashMask is all ones; the tests narrow it to make hashes collide.
 var hashMask = ^uint64(0)
 
 func hashOf[K comparable](k K) uint64 { return maphash.Comparable(seed, k) & hashMask }
+
+func slotBit(h uint64, shift uint) uint32 { return uint32(1) << ((h >> shift) & 31) }
+
+// index is the position in a packed slice of the slot bit among bitmap's.
+func index(bitmap, bit uint32) int { return bits.OnesCount32(bitmap & (bit - 1)) }
 
 // Len is the number of entries.
 func (m Map[K, V]) Len() int { return m.n }
@@ -65,21 +73,25 @@ func (m Map[K, V]) Get(k K) (V, bool) {
 	h := hashOf(k)
 	n := m.root
 	for shift := uint(0); n != nil; shift += bitsPerLevel {
-		bit := uint32(1) << ((h >> shift) & 31)
-		if n.bitmap&bit == 0 {
+		if shift >= maxShift {
+			for i := range n.entries {
+				if n.entries[i].key == k {
+					return n.entries[i].val, true
+				}
+			}
 			break
 		}
-		s := &n.slots[bits.OnesCount32(n.bitmap&(bit-1))]
-		if s.sub != nil {
-			n = s.sub
-			continue
-		}
-		for i := range s.entries {
-			if e := &s.entries[i]; e.hash == h && e.key == k {
+		bit := slotBit(h, shift)
+		if n.datamap&bit != 0 {
+			if e := &n.entries[index(n.datamap, bit)]; e.hash == h && e.key == k {
 				return e.val, true
 			}
+			break
 		}
-		break
+		if n.nodemap&bit == 0 {
+			break
+		}
+		n = n.subs[index(n.nodemap, bit)]
 	}
 	var zero V
 	return zero, false
@@ -87,8 +99,7 @@ func (m Map[K, V]) Get(k K) (V, bool) {
 
 // Set returns m with k mapped to v.
 func (m Map[K, V]) Set(k K, v V) Map[K, V] {
-	h := hashOf(k)
-	root, added := set(m.root, 0, entry[K, V]{h, k, v})
+	root, added := set(m.root, 0, entry[K, V]{hashOf(k), k, v})
 	m.root = root
 	if added {
 		m.n++
@@ -96,51 +107,53 @@ func (m Map[K, V]) Set(k K, v V) Map[K, V] {
 	return m
 }
 
+// set returns n (nil: empty) with e in it, and whether e's key is new;
+// n itself is not changed.
 func set[K comparable, V any](n *node[K, V], shift uint, e entry[K, V]) (*node[K, V], bool) {
 	if n == nil {
 		n = &node[K, V]{}
 	}
-	bit := uint32(1) << ((e.hash >> shift) & 31)
-	pos := bits.OnesCount32(n.bitmap & (bit - 1))
-	if n.bitmap&bit == 0 {
-		c := &node[K, V]{bitmap: n.bitmap | bit, slots: make([]slot[K, V], len(n.slots)+1)}
-		copy(c.slots, n.slots[:pos])
-		c.slots[pos] = slot[K, V]{entries: []entry[K, V]{e}}
-		copy(c.slots[pos+1:], n.slots[pos:])
-		return c, true
+	if shift >= maxShift {
+		i := slices.IndexFunc(n.entries, func(o entry[K, V]) bool { return o.key == e.key })
+		if i < 0 {
+			return &node[K, V]{entries: append(slices.Clip(n.entries), e)}, true
+		}
+		return &node[K, V]{entries: replaced(n.entries, i, e)}, false
 	}
-	s := n.slots[pos]
-	added := false
+	bit := slotBit(e.hash, shift)
+	c := *n
 	switch {
-	case s.sub != nil:
-		s.sub, added = set(s.sub, shift+bitsPerLevel, e)
-	case s.entries[0].hash == e.hash || shift+bitsPerLevel >= maxShift:
-		// Same full hash: replace the key's entry or join the bucket.
-		i := 0
-		for i < len(s.entries) && s.entries[i].key != e.key {
-			i++
+	case n.datamap&bit != 0:
+		i := index(n.datamap, bit)
+		if o := n.entries[i]; o.hash == e.hash && o.key == e.key {
+			c.entries = replaced(n.entries, i, e)
+			return &c, false
 		}
-		entries := make([]entry[K, V], len(s.entries), len(s.entries)+1)
-		copy(entries, s.entries)
-		if i == len(entries) {
-			entries, added = append(entries, e), true
-		} else {
-			entries[i] = e
-		}
-		s.entries = entries
+		// Another key in this slot: both go a level down.
+		sub, _ := set(nil, shift+bitsPerLevel, n.entries[i])
+		sub, _ = set(sub, shift+bitsPerLevel, e)
+		c.datamap &^= bit
+		c.entries = slices.Delete(slices.Clone(n.entries), i, i+1)
+		c.nodemap |= bit
+		c.subs = slices.Insert(slices.Clip(n.subs), index(c.nodemap, bit), sub)
+		return &c, true
+	case n.nodemap&bit != 0:
+		i := index(n.nodemap, bit)
+		sub, added := set(n.subs[i], shift+bitsPerLevel, e)
+		c.subs = replaced(n.subs, i, sub)
+		return &c, added
 	default:
-		// Another hash in this slot: push both a level down.
-		var sub *node[K, V]
-		for _, old := range s.entries {
-			sub, _ = set(sub, shift+bitsPerLevel, old)
-		}
-		s.sub, _ = set(sub, shift+bitsPerLevel, e)
-		s.entries, added = nil, true
+		c.datamap |= bit
+		c.entries = slices.Insert(slices.Clip(n.entries), index(c.datamap, bit), e)
+		return &c, true
 	}
-	c := &node[K, V]{bitmap: n.bitmap, slots: make([]slot[K, V], len(n.slots))}
-	copy(c.slots, n.slots)
-	c.slots[pos] = s
-	return c, added
+}
+
+// replaced is a copy of s with s[i] = v.
+func replaced[T any](s []T, i int, v T) []T {
+	c := slices.Clone(s)
+	c[i] = v
+	return c
 }
 
 // Delete returns m without k.
@@ -154,60 +167,58 @@ func (m Map[K, V]) Delete(k K) Map[K, V] {
 }
 
 // del returns n without k (nil when nothing is left) and whether k was
-// there; n itself is not changed.
+// there; n itself is not changed. A subtree left with one entry and no
+// subtree of its own moves up into its parent as an entry, so the trie
+// a sequence of writes leaves is the same whatever their order.
 func del[K comparable, V any](n *node[K, V], shift uint, h uint64, k K) (*node[K, V], bool) {
 	if n == nil {
 		return nil, false
 	}
-	bit := uint32(1) << ((h >> shift) & 31)
-	if n.bitmap&bit == 0 {
-		return n, false
+	if shift >= maxShift {
+		i := slices.IndexFunc(n.entries, func(o entry[K, V]) bool { return o.key == k })
+		if i < 0 {
+			return n, false
+		}
+		if len(n.entries) == 1 {
+			return nil, true
+		}
+		return &node[K, V]{entries: slices.Delete(slices.Clone(n.entries), i, i+1)}, true
 	}
-	pos := bits.OnesCount32(n.bitmap & (bit - 1))
-	s := n.slots[pos]
-	if s.sub != nil {
-		sub, removed := del(s.sub, shift+bitsPerLevel, h, k)
+	bit := slotBit(h, shift)
+	c := *n
+	switch {
+	case n.datamap&bit != 0:
+		i := index(n.datamap, bit)
+		if o := n.entries[i]; o.hash != h || o.key != k {
+			return n, false
+		}
+		c.datamap &^= bit
+		c.entries = slices.Delete(slices.Clone(n.entries), i, i+1)
+	case n.nodemap&bit != 0:
+		i := index(n.nodemap, bit)
+		sub, removed := del(n.subs[i], shift+bitsPerLevel, h, k)
 		if !removed {
 			return n, false
 		}
-		s.sub = sub
-		if sub != nil && len(sub.slots) == 1 && sub.slots[0].sub == nil {
-			s = sub.slots[0] // one bucket left below: it moves up
+		switch {
+		case sub == nil:
+			c.nodemap &^= bit
+			c.subs = slices.Delete(slices.Clone(n.subs), i, i+1)
+		case len(sub.subs) == 0 && len(sub.entries) == 1:
+			c.nodemap &^= bit
+			c.subs = slices.Delete(slices.Clone(n.subs), i, i+1)
+			c.datamap |= bit
+			c.entries = slices.Insert(slices.Clip(n.entries), index(c.datamap, bit), sub.entries[0])
+		default:
+			c.subs = replaced(n.subs, i, sub)
 		}
-		if s.sub == nil && len(s.entries) == 0 {
-			return without(n, bit, pos), true
-		}
-	} else {
-		i := 0
-		for i < len(s.entries) && !(s.entries[i].hash == h && s.entries[i].key == k) {
-			i++
-		}
-		if i == len(s.entries) {
-			return n, false
-		}
-		if len(s.entries) == 1 {
-			return without(n, bit, pos), true
-		}
-		entries := make([]entry[K, V], 0, len(s.entries)-1)
-		entries = append(entries, s.entries[:i]...)
-		s.entries = append(entries, s.entries[i+1:]...)
+	default:
+		return n, false
 	}
-	c := &node[K, V]{bitmap: n.bitmap, slots: make([]slot[K, V], len(n.slots))}
-	copy(c.slots, n.slots)
-	c.slots[pos] = s
-	return c, true
-}
-
-// without is n less the slot at pos (bit of the bitmap), nil when none is
-// left.
-func without[K comparable, V any](n *node[K, V], bit uint32, pos int) *node[K, V] {
-	if len(n.slots) == 1 {
-		return nil
+	if len(c.entries) == 0 && len(c.subs) == 0 {
+		return nil, true
 	}
-	c := &node[K, V]{bitmap: n.bitmap &^ bit, slots: make([]slot[K, V], 0, len(n.slots)-1)}
-	c.slots = append(c.slots, n.slots[:pos]...)
-	c.slots = append(c.slots, n.slots[pos+1:]...)
-	return c
+	return &c, true
 }
 
 // All calls yield for each entry, in no particular order, until it
@@ -220,18 +231,14 @@ func walk[K comparable, V any](n *node[K, V], yield func(K, V) bool) bool {
 	if n == nil {
 		return true
 	}
-	for i := range n.slots {
-		s := &n.slots[i]
-		if s.sub != nil {
-			if !walk(s.sub, yield) {
-				return false
-			}
-			continue
+	for i := range n.entries {
+		if !yield(n.entries[i].key, n.entries[i].val) {
+			return false
 		}
-		for j := range s.entries {
-			if !yield(s.entries[j].key, s.entries[j].val) {
-				return false
-			}
+	}
+	for _, sub := range n.subs {
+		if !walk(sub, yield) {
+			return false
 		}
 	}
 	return true

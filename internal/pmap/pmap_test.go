@@ -1,6 +1,7 @@
 package pmap
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -140,4 +141,40 @@ func BenchmarkSet(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		m.Set(i%20_000, i)
 	}
+}
+
+// The trie holds the same shape whatever order its writes came in: a
+// subtree left with one entry moves up, so deletions leave no chain of
+// nodes behind (the memory of a mesh that churned is that of the mesh).
+func TestShapeIndependentOfOrder(t *testing.T) {
+	for _, mask := range []uint64{^uint64(0), 0xff, 0x3} {
+		hashMask = mask
+		r := rand.New(rand.NewPCG(7, mask))
+		var a, b Map[int, int]
+		for i := range 2000 {
+			a = a.Set(i, i)
+		}
+		for _, i := range r.Perm(3000) { // 2,000 kept, 1,000 set and then deleted
+			b = b.Set(i, i)
+		}
+		for i := 2000; i < 3000; i++ {
+			b = b.Delete(i)
+		}
+		if sa, sb := shape(a.root), shape(b.root); sa != sb {
+			t.Errorf("hash mask %#x: shapes differ after the same keys in another order:\n%s\n%s", mask, sa, sb)
+		}
+	}
+	hashMask = ^uint64(0)
+}
+
+// shape writes n's bitmaps and, for a bucket, how many entries it holds.
+func shape[K comparable, V any](n *node[K, V]) string {
+	if n == nil {
+		return "-"
+	}
+	s := fmt.Sprintf("(%x/%x/%d", n.datamap, n.nodemap, len(n.entries))
+	for _, sub := range n.subs {
+		s += shape(sub)
+	}
+	return s + ")"
 }
