@@ -38,6 +38,7 @@ package hbone
 //     connection is dialled only when all are full.
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -568,4 +569,45 @@ func (p *Pool) Stats() PoolStats {
 		}
 	}
 	return s
+}
+
+// PeerStats is what a Pool holds towards one peer: an HBONE address and
+// the identity its certificate proved.
+type PeerStats struct {
+	Addr     netip.AddrPort
+	Identity string // the peer's SPIFFE ID, as its certificate proved it
+	Conns    int    // connections held, draining ones included
+	Streams  int    // streams open (or being opened) on them
+}
+
+// Peers returns what the pool holds towards each peer, ordered by
+// address and identity; a dial in flight is not a peer yet.
+func (p *Pool) Peers() []PeerStats {
+	type peer struct {
+		addr netip.AddrPort
+		id   string
+	}
+	p.mu.Lock()
+	byPeer := map[peer]*PeerStats{}
+	for key, e := range p.keys {
+		for _, pc := range e.conns {
+			k := peer{key.addr, pc.peerID}
+			s := byPeer[k]
+			if s == nil {
+				s = &PeerStats{Addr: key.addr, Identity: pc.peerID}
+				byPeer[k] = s
+			}
+			s.Conns++
+			s.Streams += pc.inflight
+		}
+	}
+	p.mu.Unlock()
+	out := make([]PeerStats, 0, len(byPeer))
+	for _, s := range byPeer {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b PeerStats) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), strings.Compare(a.Identity, b.Identity))
+	})
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,6 +86,10 @@ func TestPoolPeerStreamLimit(t *testing.T) {
 	}
 	if st := pool.Stats(); st.ConnsOpened != 3 || st.StreamsOpen != 30 {
 		t.Fatalf("stats = %+v, want 3 connections for 30 streams at 10 each", st)
+	}
+	want := []PeerStats{{Addr: peer.addr, Identity: clientTestServerID, Conns: 3, Streams: 30}}
+	if got := pool.Peers(); !slices.Equal(got, want) {
+		t.Fatalf("Peers = %+v, want %+v", got, want)
 	}
 }
 
