@@ -32,6 +32,13 @@ import (
 //     --admin` prints. Asking routes nothing and moves no round robin: a
 //     service's endpoint is the N-th (default 0), as `meshtun route
 //     --endpoint N` shows it.
+//   - GET /status: what `meshtun status` prints, as JSON (StatusAnswer):
+//     identity and certificate, the stream to istiod, the entries in force
+//     by source, the HBONE pool and its peers, open flows, the latest
+//     errors. Its size does not grow with the mesh.
+//   - GET /flows?limit=N&offset=M: the flows being relayed, oldest first,
+//     a page of at most 1,000 (default 100), as JSON (FlowsAnswer): what
+//     `meshtun flows` prints.
 //   - GET /logging shows the log level; POST or PUT /logging?level=debug
 //     changes it at once for every logger of the process (the access log
 //     too, which writes at INFO and WARN).
@@ -51,6 +58,8 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Write(append(b, '\n'))
 	})
 	mux.HandleFunc("GET /route", g.serveRoute)
+	mux.HandleFunc("GET /status", g.serveStatus)
+	mux.HandleFunc("GET /flows", g.serveFlows)
 	mux.HandleFunc("/logging", g.serveLogging)
 	mux.HandleFunc("POST /quitquitquit", g.serveQuit)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

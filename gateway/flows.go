@@ -63,6 +63,11 @@ type flow struct {
 	stream, target conn
 	denyOnce       sync.Once
 	denied         atomic.Pointer[string] // why a reload ended it, once one did
+
+	// info is what /flows lists, set under the table's lock once the
+	// flow is relayed (relaying); up and down count its bytes as they go.
+	info     *FlowInfo
+	up, down liveBytes
 }
 
 // outcome is how a flow's setup ended when it did not reach the relay, or
@@ -237,7 +242,10 @@ func (g *Gateway) carry(f *flow, a, b conn, o outcome) {
 		g.flows.end(f, o)
 		return
 	}
-	startRelay(a, b, f.log.metrics.relayCounters(), func(res relayResult) {
+	c := f.log.metrics.relayCounters()
+	f.up.next, f.down.next = c.aToB, c.bToA
+	g.flows.relaying(f)
+	startRelay(a, b, relayCounters{aToB: &f.up, bToA: &f.down}, func(res relayResult) {
 		f.log.sent, f.log.recv = res.AToB, res.BToA
 		g.flows.end(f, outcome{err: res.Err})
 	})

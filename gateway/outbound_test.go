@@ -123,6 +123,7 @@ identity = %q
 	if e.a.pool, err = hbone.NewPool(opts); err != nil {
 		t.Fatal(err)
 	}
+	e.a.metrics.pool.Store(e.a.pool) // as Start does
 	t.Cleanup(func() {
 		e.a.pool.Close()
 		select {
