@@ -43,6 +43,7 @@ type e2e struct {
 	gwA    *topo.Gateway
 	gwB    *topo.Gateway
 	dir    string
+	bin    string
 	served map[string]*countingListener
 }
 
@@ -120,7 +121,7 @@ func setupE2E(t *testing.T) *e2e {
 	if err := tp.B.IP("addr", "add", impostorTarget+"/32", "dev", "lo"); err != nil {
 		t.Fatal(err)
 	}
-	e := &e2e{topo: tp, dir: dir, served: map[string]*countingListener{}}
+	e := &e2e{topo: tp, dir: dir, bin: bin, served: map[string]*countingListener{}}
 
 	e.gwA, e.gwB = startGateways(t, tp, bin, dir)
 	return e
@@ -405,6 +406,8 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("admin pprof: %s: %.200s", resp.Status, body)
 		}
 	})
+
+	t.Run("status and flows", func(t *testing.T) { testStatusAndFlows(t, e, target) })
 
 	t.Run("access log", func(t *testing.T) {
 		// Every flow above produced one line on each side.

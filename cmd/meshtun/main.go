@@ -33,6 +33,8 @@ var commands = []command{
 	{"run", "run the gateway", cmdRun},
 	{"validate", "check a config file and print every problem", cmdValidate},
 	{"route", "print the plan for a destination IP:PORT", cmdRoute},
+	{"status", "print what the running gateway is doing", cmdStatus},
+	{"flows", "list the flows the running gateway relays", cmdFlows},
 	{"certs", "make a development CA and SPIFFE certificates", cmdCerts},
 	{"cleanup", "remove the TUN device and routes a crashed gateway left", cmdCleanup},
 	{"version", "print the version", cmdVersion},
