@@ -78,3 +78,16 @@ func (c *ControlPlane) WaitIndex(ctx context.Context, cond func(Index) bool) (In
 		}
 	}
 }
+
+// HoldsPod reports whether Istio's ambient index holds pod namespace/name
+// as a workload: one lookup by its resource name, for a caller that paces
+// itself by the index (the in-memory Kubernetes client's watch channels
+// hold 100 events, and a writer that runs ahead of Istio's informers
+// makes the client panic).
+func (c *ControlPlane) HoldsPod(namespace, name string) bool {
+	idx := c.fake.AmbientIndex
+	if idx == nil {
+		return false
+	}
+	return len(idx.Lookup(c.opts.ClusterID+"//Pod/"+namespace+"/"+name)) > 0
+}

@@ -222,6 +222,9 @@ func (s *scaler) grow(n int) scaleRow {
 			s.services++
 		}
 		s.live = append(s.live, s.newPod(svc))
+		if len(s.live)%paceEvery == 0 {
+			s.waitPod(s.live[len(s.live)-paceEvery].name)
+		}
 	}
 	want := s.waitIndex(n)
 	// A gateway that falls behind takes long; the bound only ends a wait
@@ -233,6 +236,23 @@ func (s *scaler) grow(n int) scaleRow {
 	row.BulkCPUNet = max(0, row.BulkCPU-s.idleRate*row.BulkWall/1000)
 	row.BulkUpdates = s.updates() - upd0
 	return row
+}
+
+// paceEvery is how many pods grow creates before it waits for Istio's
+// index to hold the one created paceEvery before: at most 2×paceEvery
+// pods (two events each) are then unread by Istio's informers, within
+// the 100 that the in-memory client's watch channels hold.
+const paceEvery = 20
+
+// waitPod waits until Istio's index holds pod name.
+func (s *scaler) waitPod(name string) {
+	deadline := time.Now().Add(5 * time.Minute)
+	for !s.m.cp.HoldsPod(scaleNS, name) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("Istio's index never held pod %s/%s", scaleNS, name)
+		}
+		time.Sleep(2 * time.Millisecond) // polling Istio's index, which has no change feed for outsiders
+	}
 }
 
 // waitIndex waits until Istio's index holds the scale namespace's n pods
