@@ -176,15 +176,18 @@ func (f *Figure) finish() {
 // Report is a bench run: machine, settings, figures, targets, and what was
 // skipped or failed.
 type Report struct {
-	Started  time.Time         `json:"started"`
-	Seconds  float64           `json:"seconds"`
-	Machine  Machine           `json:"machine"`
-	Config   map[string]any    `json:"config"`
-	Figures  []*Figure         `json:"figures"`
-	Targets  []TargetResult    `json:"targets"`
-	Skipped  map[string]string `json:"skipped,omitempty"`
-	Errors   map[string]string `json:"errors,omitempty"`
-	JSONPath string            `json:"-"`
+	Started time.Time      `json:"started"`
+	Seconds float64        `json:"seconds"`
+	Machine Machine        `json:"machine"`
+	Config  map[string]any `json:"config"`
+	Figures []*Figure      `json:"figures"`
+	Targets []TargetResult `json:"targets"`
+	// RR is the distribution of the rr scenario's round trips on each
+	// path ("pair", "kernel"), every timed exchange of every run.
+	RR       map[string][]Quantile `json:"rr_distribution,omitempty"`
+	Skipped  map[string]string     `json:"skipped,omitempty"`
+	Errors   map[string]string     `json:"errors,omitempty"`
+	JSONPath string                `json:"-"`
 }
 
 // Run builds the two paths, runs the chosen scenarios (each run on the
@@ -241,6 +244,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 		rep.Figures = append(rep.Figures, figs...)
 	}
 	rep.Targets = evalTargets(rep.Figures)
+	rep.RR = e.rrQuantiles()
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	rep.Machine.LoadEnd = loadavg()
 
@@ -253,6 +257,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 			rep.Errors["json"] = err.Error()
 		} else {
 			fmt.Fprintf(out, "\nresults: %s\n", rep.JSONPath)
+		}
+		if p, err := writeSVG(rep, cfg.Out); err != nil {
+			rep.Errors["svg"] = err.Error()
+		} else {
+			fmt.Fprintf(out, "drawn: %s\n", p)
 		}
 	}
 	if err := e.close(); err != nil {

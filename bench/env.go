@@ -57,6 +57,8 @@ type env struct {
 
 	scenario   string // the scenario running (names profiles)
 	profileSeq int    // profiles taken so far
+
+	rtts map[string][]time.Duration // the rr scenario's round trips, by path name
 }
 
 // setup builds both paths: two topologies side by side (so that the

@@ -357,6 +357,7 @@ func rrScenario(ctx context.Context, e *env) ([]*Figure, error) {
 					return 0, 0, err
 				}
 				tail = micros(percentile(rtts, 99))
+				e.keepRTTs(p.name, rtts)
 				return micros(percentile(rtts, 50)), 0, nil
 			})
 			if err != nil {

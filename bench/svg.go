@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"fmt"
+	"html"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What a run draws: one SVG beside its JSON, and latest.svg, which
+// bench/README.md shows. The left panel is every throughput figure
+// measured on both paths (a row each: the kernel's bar and the pair's,
+// scaled to the row's larger one, with the values and the pair's ratio),
+// the right one the distribution of the rr round trips on both paths (the
+// share of exchanges faster than each latency, on a log scale).
+
+// Quantile is the latency below which a share Q of the exchanges fell.
+type Quantile struct {
+	Q      float64 `json:"q"`
+	Micros float64 `json:"us"`
+}
+
+// rrQuantilePoints are the shares drawn and kept in the JSON.
+var rrQuantilePoints = []float64{0.001, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999}
+
+// keepRTTs keeps one run's round trips of path for the distribution.
+func (e *env) keepRTTs(path string, rtts []time.Duration) {
+	if e.rtts == nil {
+		e.rtts = map[string][]time.Duration{}
+	}
+	e.rtts[path] = append(e.rtts[path], rtts...)
+}
+
+func (e *env) rrQuantiles() map[string][]Quantile {
+	if len(e.rtts) == 0 {
+		return nil
+	}
+	out := map[string][]Quantile{}
+	for path, rtts := range e.rtts {
+		out[path] = quantiles(rtts, rrQuantilePoints)
+	}
+	return out
+}
+
+func quantiles(rtts []time.Duration, qs []float64) []Quantile {
+	s := slices.Clone(rtts)
+	slices.Sort(s)
+	var out []Quantile
+	for _, q := range qs {
+		i := min(len(s)-1, max(0, int(math.Ceil(q*float64(len(s))))-1))
+		out = append(out, Quantile{Q: q, Micros: micros(s[i])})
+	}
+	return out
+}
+
+// writeSVG draws rep into dir/<timestamp>.svg and dir/latest.svg, and
+// returns the first's path.
+func writeSVG(rep *Report, dir string) (string, error) {
+	svg := drawReport(rep)
+	p := filepath.Join(dir, rep.Started.UTC().Format("20060102T150405Z")+".svg")
+	if err := os.WriteFile(p, []byte(svg), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "latest.svg"), []byte(svg), 0o644); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// Colours of the two paths, the same in both panels.
+const (
+	kernelColour = "#8c8c8c"
+	pairColour   = "#1f6fb4"
+)
+
+// drawReport is rep as an SVG document.
+func drawReport(rep *Report) string {
+	var rows []*Figure
+	for _, f := range rep.Figures {
+		if f.Higher && f.KernelS.N > 0 && f.PairS.N > 0 {
+			rows = append(rows, f)
+		}
+	}
+	const (
+		width  = 1100
+		leftW  = 620
+		rowH   = 34
+		top    = 70
+		labelW = 190
+	)
+	height := max(top+len(rows)*rowH+40, 450)
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	title := fmt.Sprintf("meshtun bench, %s: %s", rep.Started.UTC().Format("2006-01-02 15:04 UTC"), rep.Machine.oneLine())
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", esc(title))
+	fmt.Fprintf(&b, `<text x="10" y="40"><tspan fill="%s">■ kernel TCP</tspan>  <tspan fill="%s">■ meshtun pair</tspan>  (medians of %s; whiskers: min to max)</text>`+"\n",
+		kernelColour, pairColour, runsOf(rep))
+
+	// Left: throughput, one row per figure.
+	fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">throughput (pair ÷ kernel)</text>`+"\n", top-12)
+	barMax := float64(leftW - labelW - 150)
+	for i, f := range rows {
+		y := top + i*rowH
+		scale := math.Max(f.PairS.Max, f.KernelS.Max)
+		if scale <= 0 {
+			scale = 1
+		}
+		fmt.Fprintf(&b, `<g class="row" data-key="%s">`+"\n", esc(f.Key))
+		fmt.Fprintf(&b, `<text x="10" y="%d">%s</text>`+"\n", y+18, esc(f.Name))
+		for j, s := range []struct {
+			st     Stats
+			colour string
+			path   string
+		}{{f.KernelS, kernelColour, "kernel"}, {f.PairS, pairColour, "pair"}} {
+			by := y + 4 + j*13
+			w := s.st.Median / scale * barMax
+			fmt.Fprintf(&b, `<rect class="bar" data-path="%s" x="%d" y="%d" width="%.1f" height="11" fill="%s"/>`+"\n", s.path, labelW, by, w, s.colour)
+			x0, x1 := float64(labelW)+s.st.Min/scale*barMax, float64(labelW)+s.st.Max/scale*barMax
+			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="black"/>`+"\n", x0, by+5, x1, by+5)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="10">%s</text>`+"\n", float64(labelW)+barMax+6, by+10, esc(num(s.st.Median)+" "+f.Unit))
+		}
+		if f.Ratio > 0 {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold" text-anchor="end">%.2f×</text>`+"\n", leftW, y+18, f.Ratio)
+		}
+		b.WriteString("</g>\n")
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(&b, `<text x="10" y="%d">no throughput figure measured on both paths</text>`+"\n", top+18)
+	}
+
+	// Right: the rr distribution.
+	drawRR(&b, rep.RR, leftW+40, top, width-leftW-70, 300)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// drawRR draws the distributions at (x, y), w × h: latency on a log
+// axis, and upwards the share of exchanges at or below it on a scale of
+// nines (p50, p90, p99, p99.9 equally apart), where a tail shows.
+func drawRR(b *strings.Builder, rr map[string][]Quantile, x, y, w, h int) {
+	fmt.Fprintf(b, `<text x="%d" y="%d" font-weight="bold">64 B round trips: share at or below a latency</text>`+"\n", x, y-12)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, qs := range rr {
+		for _, q := range qs {
+			if q.Micros > 0 {
+				lo, hi = math.Min(lo, q.Micros), math.Max(hi, q.Micros)
+			}
+		}
+	}
+	if math.IsInf(lo, 1) {
+		fmt.Fprintf(b, `<text x="%d" y="%d">rr not measured</text>`+"\n", x, y+18)
+		return
+	}
+	// Whole decades around the data.
+	dlo, dhi := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+	if dhi <= dlo {
+		dhi = dlo + 1
+	}
+	px := func(us float64) float64 {
+		return float64(x) + (math.Log10(us)-dlo)/(dhi-dlo)*float64(w)
+	}
+	py := func(q float64) float64 {
+		nines := -math.Log10(1 - math.Min(q, maxNines))
+		return float64(y+h) - nines/(-math.Log10(1-maxNines))*float64(h)
+	}
+	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#ccc"/>`+"\n", x, y, w, h)
+	for d := dlo; d <= dhi; d++ {
+		v := math.Pow(10, d)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>`+"\n", px(v), y, px(v), y+h)
+		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle" font-size="10">%s µs</text>`+"\n", px(v), y+h+14, short(v))
+	}
+	for _, q := range []struct {
+		q     float64
+		label string
+	}{{0, "p0"}, {0.5, "p50"}, {0.9, "p90"}, {0.99, "p99"}, {0.999, "p99.9"}} {
+		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>`+"\n", x, py(q.q), x+w, py(q.q))
+		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" font-size="10">%s</text>`+"\n", x-4, py(q.q)+3, q.label)
+	}
+	for _, path := range []string{"kernel", "pair"} {
+		qs := rr[path]
+		if len(qs) == 0 {
+			continue
+		}
+		colour := pairColour
+		if path == "kernel" {
+			colour = kernelColour
+		}
+		var pts []string
+		for _, q := range qs {
+			if q.Micros > 0 {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(q.Micros), py(q.Q)))
+			}
+		}
+		fmt.Fprintf(b, `<polyline class="rr" data-path="%s" points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", path, strings.Join(pts, " "), colour)
+		if p50 := quantileAt(qs, 0.5); p50 > 0 {
+			fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s p50 %s µs, p99 %s µs</text>`+"\n", x, y+h+34+boolInt(path == "pair")*16, colour,
+				path, short(p50), short(quantileAt(qs, 0.99)))
+		}
+	}
+}
+
+// maxNines is the top of drawRR's scale.
+const maxNines = 0.999
+
+func quantileAt(qs []Quantile, q float64) float64 {
+	for _, x := range qs {
+		if x.Q == q {
+			return x.Micros
+		}
+	}
+	return 0
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func runsOf(rep *Report) string {
+	if n, ok := rep.Config["runs"].(int); ok {
+		return fmt.Sprintf("%d runs", n)
+	}
+	return "the runs"
+}
+
+// short writes a latency or a share as a reader wants it on a chart: 1500,
+// 40, 2.5, 0.99.
+func short(v float64) string {
+	switch {
+	case v >= 10:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 1:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+}
+
+func esc(s string) string { return html.EscapeString(s) }
