@@ -15,13 +15,25 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build test test-tools test-istiod vet unit demo demo-mesh bench bench-scale fuzz soak clean
+.PHONY: all build image test test-tools test-istiod vet unit demo demo-mesh bench bench-scale fuzz soak clean
 
 all: build
 
 ## build: the meshtun binary, in bin/
 build:
 	$(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/meshtun
+
+## image: meshtun's container image, built without a Docker daemon
+## (internal/image): the static binary, CA certificates and a non-root
+## user, from scratch, as an OCI image layout in bin/image/oci and a
+## tarball for `docker load` in bin/image/meshtun.tar, named meshtun:dev
+## (what examples/kubernetes/meshtun.yaml runs). Its time is the commit's:
+## two builds of one commit give one digest.
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/meshtun-static ./cmd/meshtun
+	$(GO) run ./cmd/meshtun-image -bin bin/meshtun-static -ca $(CA_BUNDLE) -version $(VERSION) \
+		-created $$(git log -1 --format=%ct 2>/dev/null || echo 0)
 
 ## test: vet, then every test with the race detector. As root, the
 ## namespace tests (TUN, two gateways end to end) run too; without root

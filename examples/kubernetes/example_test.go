@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/internal/image"
 	"github.com/meshtun/meshtun/internal/topo"
 )
 
@@ -61,6 +62,7 @@ type (
 	}
 	container struct {
 		Name            string   `yaml:"name"`
+		Image           string   `yaml:"image"`
 		Command         []string `yaml:"command"`
 		SecurityContext struct {
 			RunAsUser                *int  `yaml:"runAsUser"`
@@ -88,8 +90,8 @@ type (
 	}
 )
 
-// binary is where the image puts meshtun (Dockerfile).
-const binary = "/usr/local/bin/meshtun"
+// binary is where the image puts meshtun (`make image`).
+const binary = image.BinaryPath
 
 // manifest is meshtun.yaml's objects by kind (one of each).
 func manifest(t *testing.T) map[string]object {
@@ -233,6 +235,9 @@ func TestDaemonSet(t *testing.T) {
 		t.Errorf("terminationGracePeriodSeconds %v is not above gateway.drain_timeout %v: the kill would cut the drain", grace, drain)
 	}
 	for _, c := range append(slices.Clone(f.pod.InitContainers), f.main) {
+		if c.Image != image.DefaultRef {
+			t.Errorf("container %s: image %q, want %q, the one `make image` builds", c.Name, c.Image, image.DefaultRef)
+		}
 		sc := c.SecurityContext
 		if !slices.Equal(sc.Capabilities.Add, []string{"NET_ADMIN"}) || !slices.Equal(sc.Capabilities.Drop, []string{"ALL"}) {
 			t.Errorf("container %s: capabilities add %q drop %q, want NET_ADMIN only", c.Name, sc.Capabilities.Add, sc.Capabilities.Drop)
