@@ -32,6 +32,7 @@ type command struct {
 var commands = []command{
 	{"run", "run the gateway", cmdRun},
 	{"validate", "check a config file and print every problem", cmdValidate},
+	{"init", "write a gateway.toml from Istio's VM files (istioctl x workload entry configure)", cmdInit},
 	{"route", "print the plan for a destination IP:PORT", cmdRoute},
 	{"status", "print what the running gateway is doing", cmdStatus},
 	{"flows", "list the flows the running gateway relays", cmdFlows},
