@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build image test test-tools test-istiod vet unit demo demo-mesh bench bench-scale fuzz soak clean
+.PHONY: all build image package test test-tools test-istiod vet unit demo demo-mesh bench bench-scale fuzz soak clean
 
 all: build
 
@@ -34,6 +34,25 @@ image:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS)' -o bin/meshtun-static ./cmd/meshtun
 	$(GO) run ./cmd/meshtun-image -bin bin/meshtun-static -ca $(CA_BUNDLE) -version $(VERSION) \
 		-created $$(git log -1 --format=%ct 2>/dev/null || echo 0)
+
+## package: meshtun's .deb and .rpm in bin/pkg/ (nfpm, from
+## packaging/nfpm.yaml): the static binary in /usr/bin, the systemd unit
+## and its 253+ drop-in, the meshtun system user (systemd-sysusers),
+## /etc/meshtun/gateway.toml kept on upgrade, the docs. Installing starts
+## nothing. The version is 0.0.0~git<commit date>.<commit>.
+NFPM      := github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0
+PKGDATE   := $(shell git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || echo 0)
+PKGVERSION := 0.0.0~git$(PKGDATE).$(shell git rev-parse --short HEAD 2>/dev/null || echo dev)
+package:
+	mkdir -p bin/pkg
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)' -ldflags '$(LDFLAGS) -s -w' -o bin/pkg/meshtun ./cmd/meshtun
+	sed 's#/usr/local/bin/meshtun#/usr/bin/meshtun#g' examples/systemd/meshtun.service > bin/pkg/meshtun.service
+	gzip -9n < packaging/meshtun.1 > bin/pkg/meshtun.1.gz
+	printf 'meshtun ($(PKGVERSION)-1) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- meshtun developers <meshtun@example.com>  %s\n' \
+		"$$(git rev-parse HEAD 2>/dev/null || echo unknown)" "$$(git log -1 --format=%cD 2>/dev/null || date -R)" | gzip -9n > bin/pkg/changelog.gz
+	rm -f bin/pkg/*.deb bin/pkg/*.rpm
+	VERSION=$(PKGVERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager deb --target bin/pkg/
+	VERSION=$(PKGVERSION) $(GO) run $(NFPM) package --config packaging/nfpm.yaml --packager rpm --target bin/pkg/
 
 ## test: vet, then every test with the race detector. As root, the
 ## namespace tests (TUN, two gateways end to end) run too; without root
@@ -56,9 +75,10 @@ test-istiod:
 ## packages when one is missing and apt can (as root): systemd-analyze
 ## (package systemd) verifies the unit, nft (nftables) drops packets
 ## between the namespaces (tc netem is not in these kernels), dig
-## (bind9-dnsutils) asks the DNS server. A test whose tool is missing
-## fails and names the package.
-TEST_TOOLS := systemd-analyze:systemd nft:nftables dig:bind9-dnsutils
+## (bind9-dnsutils) asks the DNS server; packaging's test checks the .deb
+## with lintian and the .rpm with rpm. A test whose tool is missing fails
+## and names the package.
+TEST_TOOLS := systemd-analyze:systemd nft:nftables dig:bind9-dnsutils lintian:lintian rpm:rpm
 test-tools:
 	@need=; for t in $(TEST_TOOLS); do command -v $${t%%:*} >/dev/null 2>&1 || need="$$need $${t#*:}"; done; \
 	if [ -n "$$need" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
