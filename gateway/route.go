@@ -6,10 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unique"
 
 	"github.com/meshtun/meshtun/config"
-	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/internal/pmap"
 )
 
@@ -129,9 +127,8 @@ type meshRoutes struct {
 }
 
 type workloadRoute struct {
-	name      string                       // namespace/name
-	desc      unique.Handle[hbone.Baggage] // what the metrics' labels say of it (describeWorkload), shared by a workload's pods
-	direct    bool                         // protocol TCP: dialled as it is, no HBONE
+	name      string // namespace/name
+	direct    bool   // protocol TCP: dialled as it is, no HBONE
 	identity  string
 	addresses []netip.Addr // w's, unmapped
 	network   string       // set for a workload of another network than ours
@@ -202,7 +199,6 @@ func NewRouter(cfg *config.Config) *Router {
 func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
 	wr := &workloadRoute{
 		name:     w.Namespace + "/" + w.Name,
-		desc:     unique.Make(describeWorkload(w)),
 		direct:   strings.EqualFold(w.Protocol, "TCP"),
 		identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
 		w:        w, // never changed once in force: shared, not copied

@@ -39,7 +39,12 @@ func (t *stringTable) intern(s string) string {
 func (t *stringTable) workload(c *config.Workload, workloads int) {
 	t.limit = 2 * workloads
 	for _, p := range []*string{&c.Namespace, &c.ServiceAccount, &c.Identity, &c.Network,
-		&c.WorkloadName, &c.WorkloadKind, &c.CanonicalService, &c.CanonicalRevision, &c.Cluster} {
+		&c.WorkloadKind, &c.CanonicalService, &c.CanonicalRevision, &c.Cluster} {
 		*p = t.intern(*p)
+	}
+	// A Deployment's pods share its name; a pod of its own is named
+	// after itself, which nothing shares.
+	if c.WorkloadName != c.Name {
+		c.WorkloadName = t.intern(c.WorkloadName)
 	}
 }
