@@ -115,8 +115,12 @@ func TestTinyBench(t *testing.T) {
 	if len(rep.Targets) != len(Targets()) {
 		t.Errorf("%d targets evaluated, want %d", len(rep.Targets), len(Targets()))
 	}
+	pending := map[string]bool{}
+	for _, tg := range Targets() {
+		pending[tg.Name] = tg.Pending
+	}
 	for _, tr := range rep.Targets {
-		if !tr.Measured {
+		if !tr.Measured && !pending[tr.Name] {
 			t.Errorf("target %q not measured", tr.Name)
 		}
 	}

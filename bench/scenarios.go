@@ -32,6 +32,8 @@ func Scenarios() []Scenario {
 		{"bulk8-spread", "bulk8 with the gateways restarted on hbone.conns_per_peer = -spread (flows spread over pooled connections)", spreadScenario},
 		{"conn1ip", "connection rate: connect, 64 B request, 64 B reply, close; one destination IP", connScenario("conn1ip", false)},
 		{"connmany", "connection rate, round-robin over many distinct destination IPs", connScenario("connmany", true)},
+		{"short1", "short connections one at a time: connect, 64 B each way, both FINs; connect and whole-connection latency", shortScenario("short1", 1)},
+		{"short8", "short connections, 8 at once", shortScenario("short8", 8)},
 		{"rr", "request/response latency: 64 B ping-pong on one established flow", rrScenario},
 		{"idle", "idle established flows: resident memory per flow of each gateway (fresh gateways per run)", idleScenario},
 		{"iperf3", "cross-check: iperf3, one flow node A → node B", iperfScenario},

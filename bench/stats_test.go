@@ -113,9 +113,10 @@ func TestTargets(t *testing.T) {
 	figs := []*Figure{
 		{Key: "bulk1.up", PairS: Stats{N: 3, Median: 4}, KernelS: Stats{N: 3, Median: 10}, Ratio: 0.4,
 			PairCPU: CPU{GatewayA: 2, GatewayB: 2}},
-		{Key: "conn1ip", PairS: Stats{N: 3, Median: 1000}, KernelS: Stats{N: 3, Median: 5000}, Ratio: 0.2},
-		{Key: "rr.p50", PairS: Stats{N: 3, Median: 70}, KernelS: Stats{N: 3, Median: 20}, Ratio: 3.5},
-		{Key: "rr.p99", PairS: Stats{N: 3, Median: 350}, KernelS: Stats{N: 3, Median: 50}, Ratio: 7},
+		{Key: "short1.connect.p50", PairS: Stats{N: 3, Median: 500}, KernelS: Stats{N: 3, Median: 65}, Ratio: 7.7},
+		{Key: "short1.whole.p99", PairS: Stats{N: 3, Median: 900}, KernelS: Stats{N: 3, Median: 300}, Ratio: 3},
+		{Key: "short1.whole.p50", PairS: Stats{N: 3, Median: 700}, KernelS: Stats{N: 3, Median: 200}, Ratio: 3.5,
+			PairCPU: CPU{GatewayA: 0.25, GatewayB: 0.2}},
 		{Key: "idle.gw_a", PairS: Stats{N: 3, Median: 32}},
 		{Key: "idle.gw_b", PairS: Stats{N: 3, Median: 12}},
 	}
@@ -128,15 +129,16 @@ func TestTargets(t *testing.T) {
 		measured, met bool
 		value         float64
 	}{
+		{"connect p50, pair ÷ kernel", true, false, 7.7},
+		{"short connection p99, pair ÷ kernel", true, true, 3},
+		{"CPU-ms per connection, both gateways (short1)", true, true, 0.45},
+		{"64 B rr p50, pair ÷ Istio's Go HBONE pair", false, false, 0},
 		{"one bulk flow up, pair ÷ kernel", true, true, 0.4},
 		{"one bulk flow down, pair ÷ kernel", false, false, 0},
 		{"CPU-s/GiB both gateways, bulk1 up", true, false, 4},
-		{"CPU-s/GiB both gateways, bulk1-mss down", false, false, 0},
-		{"connection rate, pair ÷ kernel", true, false, 0.2},
-		{"p50 latency (64 B rr), pair ÷ kernel", true, true, 3.5},
-		{"p99 latency (64 B rr), pair ÷ kernel", true, false, 7},
-		{"RSS per idle flow, gateway A (KiB; was 20.1)", true, false, 32},
-		{"RSS per idle flow, gateway B (KiB; was 11.9)", true, true, 12},
+		{"CPU-s/GiB both gateways, bulk1 down", false, false, 0},
+		{"RSS per idle flow, gateway A (KiB; was 17)", true, false, 32},
+		{"RSS per idle flow, gateway B (KiB; was 12)", true, true, 12},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, ok := got[tc.name]
