@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"html"
 	"math"
@@ -72,6 +73,23 @@ func writeSVG(rep *Report, dir string) (string, error) {
 	return p, nil
 }
 
+// Redraw draws the run of a results JSON again, beside it (and as
+// latest.svg), and returns the drawing's path.
+func Redraw(jsonPath string) (string, error) {
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		return "", err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return "", fmt.Errorf("bench: %s: %w", jsonPath, err)
+	}
+	if rep.Started.IsZero() || len(rep.Figures) == 0 {
+		return "", fmt.Errorf("bench: %s holds no run of meshtun-bench", jsonPath)
+	}
+	return writeSVG(&rep, filepath.Dir(jsonPath))
+}
+
 // Colours of the two paths, the same in both panels.
 const (
 	kernelColour = "#8c8c8c"
@@ -87,19 +105,20 @@ func drawReport(rep *Report) string {
 		}
 	}
 	const (
-		width  = 1100
-		leftW  = 620
+		width  = 1180
+		leftW  = 700
 		rowH   = 34
-		top    = 70
-		labelW = 190
+		top    = 86
+		labelW = 270
 	)
 	height := max(top+len(rows)*rowH+40, 450)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	title := fmt.Sprintf("meshtun bench, %s: %s", rep.Started.UTC().Format("2006-01-02 15:04 UTC"), rep.Machine.oneLine())
+	title := "meshtun bench, " + rep.Started.UTC().Format("2006-01-02 15:04 UTC")
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", esc(title))
-	fmt.Fprintf(&b, `<text x="10" y="40"><tspan fill="%s">■ kernel TCP</tspan>  <tspan fill="%s">■ meshtun pair</tspan>  (medians of %s; whiskers: min to max)</text>`+"\n",
+	fmt.Fprintf(&b, `<text x="10" y="38" font-size="11" fill="#555">%s</text>`+"\n", esc(rep.Machine.oneLine()))
+	fmt.Fprintf(&b, `<text x="10" y="56"><tspan fill="%s">■ kernel TCP</tspan>  <tspan fill="%s">■ meshtun pair</tspan>  (medians of %s; whiskers: min to max)</text>`+"\n",
 		kernelColour, pairColour, runsOf(rep))
 
 	// Left: throughput, one row per figure.
@@ -225,8 +244,11 @@ func boolInt(b bool) int {
 }
 
 func runsOf(rep *Report) string {
-	if n, ok := rep.Config["runs"].(int); ok {
+	switch n := rep.Config["runs"].(type) {
+	case int:
 		return fmt.Sprintf("%d runs", n)
+	case float64: // read back from the JSON
+		return fmt.Sprintf("%.0f runs", n)
 	}
 	return "the runs"
 }

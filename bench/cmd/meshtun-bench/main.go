@@ -44,10 +44,20 @@ func run() int {
 	flag.BoolVar(&cfg.Trace, "trace", false, "with -profile: an execution trace of each gateway instead of the CPU profile (go tool trace)")
 	flag.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each profile; a shorter measurement leaves idle time in it")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temp dir (configs, certificates, gateway logs)")
+	draw := flag.String("draw", "", "instead of a run: draw the run of this results JSON again, beside it and as latest.svg")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "meshtun-bench: unexpected arguments %q\n", flag.Args())
 		return 2
+	}
+	if *draw != "" {
+		p, err := bench.Redraw(*draw)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meshtun-bench:", err)
+			return 1
+		}
+		fmt.Println("drawn:", p)
+		return 0
 	}
 	var err error
 	if cfg.Bulk, err = bench.ParseSize(bulk); err != nil {
