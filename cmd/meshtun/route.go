@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
@@ -133,43 +131,12 @@ func checkHostPort(addr string) error {
 // is better told so than left waiting.
 const adminTimeout = 5 * time.Second
 
-// maxAnswer bounds what is read of the admin listener's answer: a plan is
-// well under a kilobyte, and an error body is shown, not stored.
-const maxAnswer = 1 << 20
-
 // fetchRoute asks the admin listener at addr for the plan of dst.
 func fetchRoute(addr string, dst string, endpoint int) (gateway.RouteAnswer, error) {
 	q := url.Values{"dst": {dst}, "endpoint": {strconv.Itoa(endpoint)}}
-	client := &http.Client{Timeout: adminTimeout}
-	resp, err := client.Get("http://" + addr + "/route?" + q.Encode())
-	if err != nil {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // the URL is the address, already named
-		}
-		return gateway.RouteAnswer{}, fmt.Errorf("cannot ask it (is the gateway running with admin.listen there?): %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return gateway.RouteAnswer{}, fmt.Errorf("reading the answer: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		msg := strings.TrimSpace(string(body))
-		if len(msg) > 300 {
-			msg = msg[:300] + "…"
-		}
-		hint := ""
-		if resp.StatusCode == http.StatusNotFound {
-			hint = " (not a meshtun admin listener, or one too old to have /route)"
-		}
-		return gateway.RouteAnswer{}, fmt.Errorf("GET /route answered %s%s: %s", resp.Status, hint, msg)
-	}
 	var a gateway.RouteAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		return gateway.RouteAnswer{}, fmt.Errorf("the answer to GET /route is not a plan: %w", err)
-	}
-	return a, nil
+	_, err := adminGetJSON(addr, "/route?"+q.Encode(), &a, "a plan")
+	return a, err
 }
 
 // printRoute writes the plan of a, then a note if the device does not

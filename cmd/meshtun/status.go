@@ -42,7 +42,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var st gateway.StatusAnswer
-	raw, err := adminGetJSON(addr, "/status", &st)
+	raw, err := adminGetJSON(addr, "/status", &st, "a status")
 	if err != nil {
 		fmt.Fprintf(stderr, "meshtun status: admin listener %s: %v\n", addr, err)
 		return exitError{2}
@@ -80,7 +80,7 @@ func cmdFlows(args []string, stdout, stderr io.Writer) error {
 	}
 	q := url.Values{"limit": {strconv.Itoa(*limit)}, "offset": {strconv.Itoa(*offset)}}
 	var fa gateway.FlowsAnswer
-	raw, err := adminGetJSON(addr, "/flows?"+q.Encode(), &fa)
+	raw, err := adminGetJSON(addr, "/flows?"+q.Encode(), &fa, "a page of flows")
 	if err != nil {
 		fmt.Fprintf(stderr, "meshtun flows: admin listener %s: %v\n", addr, err)
 		return exitError{2}
@@ -154,8 +154,9 @@ func parseNoArgs(fs *flag.FlagSet, args []string, cmd string) error {
 }
 
 // adminGetJSON asks the admin listener at addr for path and decodes its
-// JSON answer into v; it returns the answer as it came.
-func adminGetJSON(addr, path string, v any) ([]byte, error) {
+// JSON answer into v, which is what (a plan, …); it returns the answer as
+// it came. route, status and flows ask through it.
+func adminGetJSON(addr, path string, v any, what string) ([]byte, error) {
 	client := &http.Client{Timeout: adminTimeout}
 	resp, err := client.Get("http://" + addr + path)
 	if err != nil {
@@ -183,13 +184,14 @@ func adminGetJSON(addr, path string, v any) ([]byte, error) {
 		return nil, fmt.Errorf("GET %s answered %s%s: %s", name, resp.Status, hint, msg)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return nil, fmt.Errorf("the answer to GET %s is not what meshtun serves: %w", name, err)
+		return nil, fmt.Errorf("the answer to GET %s is not %s: %w", name, what, err)
 	}
 	return body, nil
 }
 
-// maxAdminAnswer bounds what is read of /status or a page of /flows
-// (1,000 flows of well under a kilobyte each).
+// maxAdminAnswer bounds what is read of an answer: a plan or /status is a
+// few kilobytes, a page of /flows 1,000 flows of well under a kilobyte
+// each, and an error body is shown, not stored.
 const maxAdminAnswer = 4 << 20
 
 func printStatus(w io.Writer, st gateway.StatusAnswer) {

@@ -77,7 +77,7 @@ func TestStatusFlowsCommands(t *testing.T) {
 		{"bad address", []string{"status", "--admin", "127.0.0.1"}, 2, `admin listener "127.0.0.1": not host:port`},
 		{"listener down", []string{"status", "--admin", down}, 2, "admin listener " + down + ": cannot ask it"},
 		{"404", []string{"flows", "--admin", host(notFound)}, 2, "GET /flows answered 404 Not Found (not a meshtun admin listener, or one too old to have /flows)"},
-		{"garbage", []string{"status", "--admin", host(garbage)}, 2, "the answer to GET /status is not what meshtun serves"},
+		{"garbage", []string{"status", "--admin", host(garbage)}, 2, "the answer to GET /status is not a status"},
 		{"no config file", []string{"status", "--config", filepath.Join(dir, "missing.toml")}, 2, "missing.toml"},
 		{"admin off", []string{"status", "--config", noAdmin}, 2, "admin.listen is empty"},
 	} {
