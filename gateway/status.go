@@ -111,9 +111,9 @@ func (g *Gateway) status() StatusAnswer {
 	} else {
 		a.Certificate = g.fileCertificate()
 	}
+	ms := g.MeshStats()
 	if x := g.metrics.xds.Load(); x != nil {
 		st := x.Stats()
-		ms := g.MeshStats()
 		a.XDS = &StatusXDS{Address: cfg.Mesh.XDSAddress, Connected: st.Connected, Ready: ms.Ready,
 			Reconnects: st.Reconnects, LastError: st.LastError, Updates: ms.Updates}
 		if st.LastError != "" {
@@ -130,7 +130,6 @@ func (g *Gateway) status() StatusAnswer {
 	for _, p := range cfg.Policies {
 		a.Policies[config.SourceOf(p.Source)]++
 	}
-	ms := g.MeshStats()
 	a.Rejected, a.Clashes = ms.Rejected, ms.Clashes
 	for i, r := range snap.meshEntries.rejections {
 		if i == maxStatusRejections {
