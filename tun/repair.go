@@ -453,8 +453,10 @@ func (r *Repairer) reconcile() (restored int, err error) {
 			return
 		}
 		restored++
-		r.counts[kind].Add(1)
+		// Logged before it is counted: whoever sees the count (the
+		// metrics, Stats) finds its line.
 		r.log.Info("restored " + what)
+		r.counts[kind].Add(1)
 	}
 
 	if link.Attrs().Flags&net.FlagUp == 0 {
