@@ -142,27 +142,41 @@ type meshBuild struct {
 }
 
 // setWorkload replaces the routes of resource res with w's (nil: none).
+// A key the new route keeps (its resource, an address, its name) is set
+// once, over the old value, rather than deleted and set again: each write
+// of a persistent map copies a path.
 func (b *meshBuild) setWorkload(res string, w *config.Workload) {
-	if old, ok := b.wlRes.Get(res); ok {
-		b.wlRes = b.wlRes.Delete(res)
+	old, hadOld := b.wlRes.Get(res)
+	b.g.setClashLocked("w"+res, "")
+	var wr *workloadRoute
+	if w != nil {
+		if c := b.g.keys.workloadClash(w); c != "" {
+			b.g.setClashLocked("w"+res, c)
+		} else {
+			wr = newWorkloadRoute(w, b.cfg)
+		}
+	}
+	if hadOld {
 		for _, a := range old.addresses {
+			if wr != nil && slices.Contains(wr.addresses, a) {
+				continue // set to wr below
+			}
 			if cur, _ := b.routes.workloads.Get(a); cur == old {
 				b.routes.workloads = b.routes.workloads.Delete(a)
 			}
 		}
-		if cur, _ := b.routes.byName.Get(old.name); cur == old {
-			b.routes.byName = b.routes.byName.Delete(old.name)
+		if wr == nil || wr.name != old.name {
+			if cur, _ := b.routes.byName.Get(old.name); cur == old {
+				b.routes.byName = b.routes.byName.Delete(old.name)
+			}
+		}
+		if wr == nil {
+			b.wlRes = b.wlRes.Delete(res)
 		}
 	}
-	b.g.setClashLocked("w"+res, "")
-	if w == nil {
+	if wr == nil {
 		return
 	}
-	if c := b.g.keys.workloadClash(w); c != "" {
-		b.g.setClashLocked("w"+res, c)
-		return
-	}
-	wr := newWorkloadRoute(w, b.cfg)
 	b.wlRes = b.wlRes.Set(res, wr)
 	for _, a := range wr.addresses {
 		b.routes.workloads = b.routes.workloads.Set(a, wr)
@@ -175,46 +189,76 @@ func (b *meshBuild) setWorkload(res string, w *config.Workload) {
 
 // setService replaces the routes of resource res with s's (nil: none).
 // The workloads of the same change come first: s's endpoints are looked
-// up among them.
+// up among them. As in setWorkload, a key kept is written once; the
+// hostname's count and the DNS zone change only when the hostname or the
+// VIPs do (a pod's change changes its service's endpoints, not its name).
 func (b *meshBuild) setService(res string, s *config.Service) {
-	if old, ok := b.svcRes.Get(res); ok {
-		b.svcRes = b.svcRes.Delete(res)
+	old, hadOld := b.svcRes.Get(res)
+	b.g.setClashLocked("s"+res, "")
+	var sr *serviceRoute
+	if s != nil {
+		if c := b.g.keys.serviceClash(s); c != "" {
+			b.g.setClashLocked("s"+res, c)
+		} else {
+			sr = newServiceRoute(s, b.routes.byName.Get)
+			for _, v := range s.VIPs {
+				sr.vips = append(sr.vips, v.Unmap())
+			}
+		}
+	}
+	byName := func(a, b *serviceRoute) int { return strings.Compare(a.name, b.name) }
+	if hadOld {
 		for _, v := range old.vips {
 			list, _ := b.routes.services.Get(v)
 			list = slices.DeleteFunc(slices.Clone(list), func(x *serviceRoute) bool { return x == old })
+			if sr != nil && slices.Contains(sr.vips, v) {
+				list = append(list, sr)
+				slices.SortFunc(list, byName)
+			}
 			if len(list) == 0 {
 				b.routes.services = b.routes.services.Delete(v)
 			} else {
 				b.routes.services = b.routes.services.Set(v, list)
 			}
 		}
-		if old.hostname != "" {
-			b.countHost(old.hostname, -1)
+	}
+	if sr != nil {
+		for _, v := range sr.vips {
+			if hadOld && slices.Contains(old.vips, v) {
+				continue // replaced above
+			}
+			list, _ := b.routes.services.Get(v)
+			list = append(slices.Clone(list), sr)
+			slices.SortFunc(list, byName)
+			b.routes.services = b.routes.services.Set(v, list)
 		}
 	}
-	b.zone[res] = dnsproxy.Host{}
-	b.g.setClashLocked("s"+res, "")
-	if s == nil {
-		return
+
+	oldHost, newHost := "", ""
+	if hadOld {
+		oldHost = old.hostname
 	}
-	if c := b.g.keys.serviceClash(s); c != "" {
-		b.g.setClashLocked("s"+res, c)
-		return
+	if sr != nil {
+		newHost = s.Hostname
 	}
-	sr := newServiceRoute(s, b.routes.byName.Get)
-	for _, v := range s.VIPs {
-		v = v.Unmap()
-		sr.vips = append(sr.vips, v)
-		list, _ := b.routes.services.Get(v)
-		list = append(slices.Clone(list), sr)
-		slices.SortFunc(list, func(a, b *serviceRoute) int { return strings.Compare(a.name, b.name) })
-		b.routes.services = b.routes.services.Set(v, list)
+	if oldHost != newHost || !hadOld || sr == nil || !slices.Equal(old.vips, sr.vips) {
+		if oldHost != "" {
+			b.countHost(oldHost, -1)
+		}
+		b.zone[res] = dnsproxy.Host{}
+		if newHost != "" {
+			b.countHost(newHost, 1)
+			b.zone[res] = dnsproxy.Host{Name: newHost, Addrs: s.VIPs}
+		}
+	}
+
+	if sr == nil {
+		if hadOld {
+			b.svcRes = b.svcRes.Delete(res)
+		}
+		return
 	}
 	b.svcRes = b.svcRes.Set(res, sr)
-	if s.Hostname != "" {
-		b.countHost(s.Hostname, 1)
-		b.zone[res] = dnsproxy.Host{Name: s.Hostname, Addrs: s.VIPs}
-	}
 	b.turn(sr.name)
 	if s.Waypoint != nil {
 		b.turn(s.Waypoint.Name)
