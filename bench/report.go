@@ -46,7 +46,7 @@ func gatewaysCPU(key string) func(map[string]*Figure) (float64, bool) {
 		if f == nil || f.PairS.N == 0 {
 			return 0, false
 		}
-		return f.PairCPU.GatewayA + f.PairCPU.GatewayB, true
+		return perWork(f.PairCPU.GatewayA+f.PairCPU.GatewayB, f.WorkUnit), true // CPU-ms per connection, CPU-s per GiB
 	}
 }
 

@@ -115,8 +115,8 @@ func TestTargets(t *testing.T) {
 			PairCPU: CPU{GatewayA: 2, GatewayB: 2}},
 		{Key: "short1.connect.p50", PairS: Stats{N: 3, Median: 500}, KernelS: Stats{N: 3, Median: 65}, Ratio: 7.7},
 		{Key: "short1.whole.p99", PairS: Stats{N: 3, Median: 900}, KernelS: Stats{N: 3, Median: 300}, Ratio: 3},
-		{Key: "short1.whole.p50", PairS: Stats{N: 3, Median: 700}, KernelS: Stats{N: 3, Median: 200}, Ratio: 3.5,
-			PairCPU: CPU{GatewayA: 0.25, GatewayB: 0.2}},
+		{Key: "short1.whole.p50", PairS: Stats{N: 3, Median: 700}, KernelS: Stats{N: 3, Median: 200}, Ratio: 3.5, WorkUnit: "conn",
+			PairCPU: CPU{GatewayA: 0.00025, GatewayB: 0.0002}}, // CPU-s per connection: 0.45 ms
 		{Key: "idle.gw_a", PairS: Stats{N: 3, Median: 32}},
 		{Key: "idle.gw_b", PairS: Stats{N: 3, Median: 12}},
 	}
