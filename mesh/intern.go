@@ -2,7 +2,7 @@ package mesh
 
 import "github.com/meshtun/meshtun/config"
 
-// strings is the Tracker's table of the strings its workloads repeat:
+// stringTable is the Tracker's table of the strings its workloads repeat:
 // the pods of one mesh share a few namespaces, service accounts,
 // identities, clusters, networks and workload names, and each decoded
 // message carries its own copy of each. An entry kept shares one copy
