@@ -49,13 +49,7 @@ import (
 func (g *Gateway) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /config_dump", func(w http.ResponseWriter, r *http.Request) {
-		b, err := json.MarshalIndent(g.configDump(), "", "  ")
-		if err != nil {
-			http.Error(w, "config dump: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(append(b, '\n'))
+		writeJSON(w, "config dump", g.configDump())
 	})
 	mux.HandleFunc("GET /route", g.serveRoute)
 	mux.HandleFunc("GET /status", g.serveStatus)
@@ -370,9 +364,15 @@ func (g *Gateway) serveRoute(w http.ResponseWriter, r *http.Request) {
 	} else {
 		answer = g.ExplainRoute(dst, endpoint)
 	}
-	b, err := json.MarshalIndent(answer, "", "  ")
+	writeJSON(w, "route", answer)
+}
+
+// writeJSON answers with v as indented JSON, what naming the answer in an
+// error (one a value of ours never makes).
+func writeJSON(w http.ResponseWriter, what string, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		http.Error(w, "route: "+err.Error(), http.StatusInternalServerError)
+		http.Error(w, what+": "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

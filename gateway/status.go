@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -156,7 +155,7 @@ func (g *Gateway) status() StatusAnswer {
 }
 
 func (g *Gateway) serveStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, g.status())
+	writeJSON(w, "status", g.status())
 }
 
 // FlowsAnswer is GET /flows: a page of the open flows, oldest first.
@@ -215,7 +214,7 @@ func (g *Gateway) serveFlows(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	writeJSON(w, g.flows.list(offset, limit, time.Now()))
+	writeJSON(w, "flows", g.flows.list(offset, limit, time.Now()))
 }
 
 // list is a page of the flows being relayed, oldest first.
@@ -275,14 +274,4 @@ func (b *liveBytes) Add(v float64) {
 	if b.next != nil {
 		b.next.Add(v)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(append(b, '\n'))
 }
