@@ -40,6 +40,11 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
+	return sortedPercentile(s, p)
+}
+
+// sortedPercentile is percentile of s, sorted already.
+func sortedPercentile(s []time.Duration, p float64) time.Duration {
 	rank := int(math.Ceil(p / 100 * float64(len(s))))
 	rank = min(max(rank, 1), len(s))
 	return s[rank-1]

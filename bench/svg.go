@@ -53,8 +53,7 @@ func quantiles(rtts []time.Duration, qs []float64) []Quantile {
 	slices.Sort(s)
 	var out []Quantile
 	for _, q := range qs {
-		i := min(len(s)-1, max(0, int(math.Ceil(q*float64(len(s))))-1))
-		out = append(out, Quantile{Q: q, Micros: micros(s[i])})
+		out = append(out, Quantile{Q: q, Micros: micros(sortedPercentile(s, q*100))})
 	}
 	return out
 }
