@@ -2,22 +2,15 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone/devca"
 )
 
 // writeIstioVMFiles writes, under dir, the five files in the form
@@ -25,17 +18,14 @@ import (
 // cluster.env.
 func writeIstioVMFiles(t *testing.T, dir string, layout map[string]string, clusterEnv string) {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "istio root"}, NotBefore: time.Now(),
-		NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := devca.New("cluster.local")
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{
 		"cluster.env":   clusterEnv,
 		"mesh.yaml":     "defaultConfig:\n  discoveryAddress: istiod.istio-system.svc:15012\n  proxyMetadata:\n    POD_NAMESPACE: vm\n",
-		"root-cert.pem": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		"root-cert.pem": string(ca.PEM()),
 		"istio-token":   "eyJhbGciOiJSUzI1NiJ9.e30.c2ln\n",
 		"hosts":         "192.0.2.10 istiod.istio-system.svc\n",
 	}

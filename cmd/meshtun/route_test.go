@@ -138,9 +138,12 @@ func TestRouteCommand(t *testing.T) {
 
 // route --admin prints, for a running gateway's admin handler, exactly
 // what route --config prints for the same config, with the same status.
-func TestRouteAdmin(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "gateway.toml")
+// adminTestServer serves the admin handler of a gateway made (not
+// started) from routeConfig in dir, and returns the config's path and
+// the server's host:port.
+func adminTestServer(t *testing.T, dir string) (path, admin string) {
+	t.Helper()
+	path = filepath.Join(dir, "gateway.toml")
 	if err := os.WriteFile(path, []byte(routeConfig(t, dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +153,11 @@ func TestRouteAdmin(t *testing.T) {
 	}
 	srv := httptest.NewServer(g.AdminHandler())
 	t.Cleanup(srv.Close)
-	admin := strings.TrimPrefix(srv.URL, "http://")
+	return path, strings.TrimPrefix(srv.URL, "http://")
+}
+
+func TestRouteAdmin(t *testing.T) {
+	path, admin := adminTestServer(t, t.TempDir())
 
 	run := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer

@@ -15,17 +15,7 @@ import (
 // pool, no flows), and every way of asking wrong.
 func TestStatusFlowsCommands(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "gateway.toml")
-	if err := os.WriteFile(path, []byte(routeConfig(t, dir)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	g, _, err := check(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.AdminHandler())
-	t.Cleanup(srv.Close)
-	admin := strings.TrimPrefix(srv.URL, "http://")
+	path, admin := adminTestServer(t, dir)
 	run := func(args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
 		code := runMain(args, &stdout, &stderr)

@@ -3,15 +3,8 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"debug/elf"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/meshtun/meshtun/hbone/devca"
 )
 
 // staticMeshtun builds the meshtun binary as `make image` does.
@@ -40,18 +35,12 @@ func staticMeshtun(t *testing.T, dir string) string {
 
 func caBundle(t *testing.T, dir string) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test root"},
-		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	ca, err := devca.New("cluster.local")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := os.WriteFile(p, ca.PEM(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return p
