@@ -67,6 +67,9 @@ type tap struct {
 	ep   *channel.Endpoint
 	out  chan []byte
 	lost atomic.Int64
+	// holdSYN, when set, makes the write of a segment with SYN wait
+	// until the channel is closed (after handing the segment on).
+	holdSYN atomic.Pointer[chan struct{}]
 }
 
 var _ channel.Notification = (*tap)(nil)
@@ -85,6 +88,11 @@ func (w *tap) WriteNotify() {
 	case w.out <- b:
 	default:
 		w.lost.Add(1)
+	}
+	if hold := w.holdSYN.Load(); hold != nil {
+		if seg, err := parseSegment(b); err == nil && seg.flags&header.TCPFlagSyn != 0 {
+			<-*hold
+		}
 	}
 }
 

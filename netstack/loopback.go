@@ -53,6 +53,7 @@ var catchAllV4 = tcpip.ProtocolAddress{
 type loopbackLink struct {
 	stack.LinkEndpoint
 	probe *prober
+	syn   *synWriter // nil: SYNs are written inline
 }
 
 var _ stack.LinkEndpoint = (*loopbackLink)(nil)
@@ -92,33 +93,49 @@ func (l *loopbackLink) Attach(d stack.NetworkDispatcher) {
 
 // WritePackets fills in the transport checksums the stack left out, then
 // writes through the wrapped endpoint; answers to the probe are taken out
-// of pkts first.
+// of pkts first, and SYN segments go to the synWriter (synwrite.go).
 func (l *loopbackLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+	// Rare (a probe every few seconds, a SYN-ACK per connection): when a
+	// packet is taken, the rest of the list is handed on as a new one. The
+	// references stay the caller's, which releases every packet of pkts
+	// after the write (as with any link endpoint), the taken ones too; the
+	// synWriter holds its own.
+	var rest stack.PacketBufferList
 	taken := 0
-	for _, pkt := range pkts.AsSlice() {
-		if l.probe.takeAnswer(pkt) {
-			taken++
-			continue
+	all := pkts.AsSlice()
+	for i, pkt := range all {
+		if !l.probe.takeAnswer(pkt) {
+			fillChecksum(pkt)
+			if l.syn == nil || !isSYN(pkt) || !l.syn.queue(pkt) {
+				if taken > 0 {
+					rest.PushBack(pkt)
+				}
+				continue
+			}
 		}
-		fillChecksum(pkt)
+		if taken == 0 {
+			for _, p := range all[:i] {
+				rest.PushBack(p)
+			}
+		}
+		taken++
 	}
 	if taken == 0 {
 		return l.LinkEndpoint.WritePackets(pkts)
-	}
-	// Rare (a probe every few seconds): the rest of the list, handed on.
-	// The references stay the caller's, which releases every packet of
-	// pkts after the write (as with any link endpoint), the taken ones too.
-	var rest stack.PacketBufferList
-	for _, pkt := range pkts.AsSlice() {
-		if !isProbeAnswer(pkt) {
-			rest.PushBack(pkt)
-		}
 	}
 	if rest.Len() == 0 {
 		return taken, nil
 	}
 	n, err := l.LinkEndpoint.WritePackets(rest)
 	return n + taken, err
+}
+
+// Close stops the synWriter, then closes the wrapped endpoint.
+func (l *loopbackLink) Close() {
+	if l.syn != nil {
+		l.syn.close()
+	}
+	l.LinkEndpoint.Close()
 }
 
 // fillChecksum computes the full TCP or UDP checksum of an outbound packet,

@@ -280,8 +280,9 @@ func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
 		ep = fep
 	}
 	pending = nil
-	if err := s.stack.CreateNICWithOptions(nicID, &loopbackLink{LinkEndpoint: ep, probe: s.prober}, stack.NICOptions{Name: "tun"}); err != nil {
-		ep.Close()
+	nic := &loopbackLink{LinkEndpoint: ep, probe: s.prober, syn: newSynWriter(ep)}
+	if err := s.stack.CreateNICWithOptions(nicID, nic, stack.NICOptions{Name: "tun"}); err != nil {
+		nic.Close()
 		return fmt.Errorf("netstack: create NIC: %w", toError(err))
 	}
 	// With the loopback capability, this /0 makes every IPv4 destination
