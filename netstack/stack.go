@@ -280,7 +280,7 @@ func (s *Stack) build(opts Options, mtu int, offload bool) (err error) {
 		ep = fep
 	}
 	pending = nil
-	nic := &loopbackLink{LinkEndpoint: ep, probe: s.prober, syn: newSynWriter(ep)}
+	nic := &loopbackLink{LinkEndpoint: ep, probe: s.prober, syn: newSynWriter(ep, s.settleSYN)}
 	if err := s.stack.CreateNICWithOptions(nicID, nic, stack.NICOptions{Name: "tun"}); err != nil {
 		nic.Close()
 		return fmt.Errorf("netstack: create NIC: %w", toError(err))

@@ -5,6 +5,7 @@ import (
 
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
 // synQueueLen bounds the SYN segments waiting for the synWriter; beyond
@@ -31,21 +32,31 @@ const synQueueLen = 256
 // Only segments with SYN go this way: nothing else of the connection is
 // sent until the peer answers the SYN, so no reordering is possible, and
 // established traffic keeps its inline write.
+//
+// Before a write, settle waits until the sending endpoint's lock is free
+// (the handshake has returned from sending): queued a few µs before the
+// sender lets go of the lock, a SYN-ACK written at once could still wake
+// the client while the lock is held, and if the sender's thread is then
+// descheduled (the woken client took its CPU) the processor spins again:
+// a trace with the plain queue showed one such spin of 2.9 ms in 2 s of
+// short connections.
 type synWriter struct {
-	link stack.LinkEndpoint
-	ch   chan *stack.PacketBuffer
-	done chan struct{}
-	wg   sync.WaitGroup
+	link   stack.LinkEndpoint
+	settle func(*stack.PacketBuffer) // nil: write at once
+	ch     chan *stack.PacketBuffer
+	done   chan struct{}
+	wg     sync.WaitGroup
 
 	mu     sync.RWMutex
 	closed bool // guarded by mu
 }
 
-func newSynWriter(link stack.LinkEndpoint) *synWriter {
+func newSynWriter(link stack.LinkEndpoint, settle func(*stack.PacketBuffer)) *synWriter {
 	w := &synWriter{
-		link: link,
-		ch:   make(chan *stack.PacketBuffer, synQueueLen),
-		done: make(chan struct{}),
+		link:   link,
+		settle: settle,
+		ch:     make(chan *stack.PacketBuffer, synQueueLen),
+		done:   make(chan struct{}),
 	}
 	w.wg.Add(1)
 	go w.run()
@@ -91,6 +102,9 @@ func (w *synWriter) run() {
 }
 
 func (w *synWriter) write(pkt *stack.PacketBuffer) {
+	if w.settle != nil {
+		w.settle(pkt)
+	}
 	var l stack.PacketBufferList
 	l.PushBack(pkt)
 	// A refused write drops the segment, as a wire would: TCP sends the
@@ -110,6 +124,44 @@ func (w *synWriter) close() {
 	close(w.done)
 	w.mu.Unlock()
 	w.wg.Wait()
+}
+
+// settleSYN waits until no one holds the lock of the endpoint that sent
+// pkt, a SYN or SYN-ACK on its way out. An endpoint already gone needs no
+// wait.
+func (s *Stack) settleSYN(pkt *stack.PacketBuffer) {
+	var id stack.TransportEndpointID
+	nh := pkt.NetworkHeader().Slice()
+	switch pkt.NetworkProtocolNumber {
+	case header.IPv4ProtocolNumber:
+		if len(nh) < header.IPv4MinimumSize {
+			return
+		}
+		ip := header.IPv4(nh)
+		id.LocalAddress, id.RemoteAddress = ip.SourceAddress(), ip.DestinationAddress()
+	case header.IPv6ProtocolNumber:
+		if len(nh) < header.IPv6MinimumSize {
+			return
+		}
+		ip := header.IPv6(nh)
+		id.LocalAddress, id.RemoteAddress = ip.SourceAddress(), ip.DestinationAddress()
+	default:
+		return
+	}
+	th := pkt.TransportHeader().Slice()
+	if len(th) < header.TCPMinimumSize {
+		return
+	}
+	t := header.TCP(th)
+	id.LocalPort, id.RemotePort = t.SourcePort(), t.DestinationPort()
+	ep, ok := s.stack.FindTransportEndpoint(pkt.NetworkProtocolNumber, header.TCPProtocolNumber, id, nicID).(*tcp.Endpoint)
+	if !ok {
+		return
+	}
+	// As a user: the processor leaves a user's segments queued for
+	// UnlockUser instead of spinning on them.
+	ep.LockUser()
+	ep.UnlockUser()
 }
 
 // isSYN reports whether pkt is a TCP segment with SYN set.
