@@ -18,6 +18,7 @@ import (
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	kubelib "istio.io/istio/pkg/kube"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
 // Labels and annotations that put a workload into ambient with HBONE.
@@ -104,6 +105,61 @@ func NewWorkloadEntry(namespace, name, serviceAccount, ip string, labels map[str
 			Labels:         all,
 		},
 	}
+}
+
+// NetworkLabel is the label that puts a cluster (on the istio-system
+// namespace) or a gateway into a network (topology.istio.io/network).
+const NetworkLabel = "topology.istio.io/network"
+
+// RemoteGatewayClass is the class of a Gateway that tells the local
+// cluster's istiod where a network's east-west gateway listens
+// (istio-remote): the ambient index then sets every workload of that
+// network's network_gateway to its address and HBONE port.
+const RemoteGatewayClass = "istio-remote"
+
+// NewNetworkGateway returns the Gateway that declares the east-west
+// gateway of network at addr, serving HBONE on port: a Gateway of class
+// istio-remote with the network label, one HBONE listener, and addr in its
+// status, the form istiod reads such a gateway in (its ambient index keeps
+// a network's gateways by the network label). ApplyGateway writes it.
+func NewNetworkGateway(namespace, name, network, addr string, port int) *gatewayv1.Gateway {
+	ip := gatewayv1.IPAddressType
+	return &gatewayv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      name,
+			Namespace: namespace,
+			Labels:    map[string]string{NetworkLabel: network},
+		},
+		Spec: gatewayv1.GatewaySpec{
+			GatewayClassName: RemoteGatewayClass,
+			Listeners: []gatewayv1.Listener{{
+				Name:     "hbone",
+				Port:     gatewayv1.PortNumber(port),
+				Protocol: "HBONE",
+			}},
+		},
+		Status: gatewayv1.GatewayStatus{
+			Addresses: []gatewayv1.GatewayStatusAddress{{Type: &ip, Value: addr}},
+		},
+	}
+}
+
+// ApplyGateway creates or updates a Gateway (gateway.networking.k8s.io/v1),
+// then writes its status (the addresses) as a gateway controller would.
+func (c *ControlPlane) ApplyGateway(gw *gatewayv1.Gateway) error {
+	api := c.fake.KubeClient().GatewayAPI().GatewayV1().Gateways(gw.Namespace)
+	if err := apply("gateway", api, gw); err != nil {
+		return err
+	}
+	if _, err := api.UpdateStatus(context.Background(), gw, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("controlplane: gateway %s/%s status: %w", gw.Namespace, gw.Name, err)
+	}
+	return nil
+}
+
+// DeleteGateway deletes a Gateway.
+func (c *ControlPlane) DeleteGateway(namespace, name string) error {
+	return remove("gateway", namespace, name, c.fake.KubeClient().GatewayAPI().GatewayV1().Gateways(namespace))
 }
 
 // KubeClient is the in-memory Kubernetes client Istio watches, for objects
