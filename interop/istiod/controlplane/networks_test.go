@@ -52,9 +52,11 @@ func TestNetworkGateway(t *testing.T) {
 		}
 		return w.GetNetwork(), addr, gw.GetHboneMtlsPort()
 	}
-	wds.waitFor("the pod behind cluster-net's gateway", pushTimeout, func(s map[string]map[string]*discovery.Resource) bool {
+	const gwName = "NetworkGateway/cluster-net/" + gwIP + "/15008"
+	wds.waitFor("the pod behind cluster-net's gateway, the VM in vm-net", pushTimeout, func(s map[string]map[string]*discovery.Resource) bool {
 		_, addr, _ := gatewayOf(s, podName)
-		return addr == gwIP
+		vmNet, _, _ := gatewayOf(s, vmAName)
+		return addr == gwIP && vmNet == "vm-net" && s[addressType][gwName] != nil
 	})
 	s := map[string]map[string]*discovery.Resource{addressType: wds.snapshot(addressType)}
 	if nw, addr, port := gatewayOf(s, podName); nw != "cluster-net" || addr != gwIP || port != 15008 {
@@ -62,6 +64,16 @@ func TestNetworkGateway(t *testing.T) {
 	}
 	if nw, addr, _ := gatewayOf(s, vmAName); nw != "vm-net" || addr != "" {
 		t.Errorf("VM: network %q, gateway %q; want vm-net and none (vm-net has no gateway)", nw, addr)
+	}
+	// The gateway itself is sent as a workload at its address: where a
+	// client takes the identity the gateway must present from.
+	gw := decodeAddress(t, s[addressType][gwName]).GetWorkload()
+	if gw == nil {
+		t.Fatalf("no workload %s for the gateway; have %v", gwName, wds.names()[addressType])
+	}
+	if gw.Namespace != "istio-system" || gw.ServiceAccount != "eastwest-istio-remote" || gw.Network != "cluster-net" ||
+		len(gw.Addresses) != 1 || ip(t, gw.Addresses[0]) != gwIP {
+		t.Errorf("gateway workload: %s/%s network %q addresses %d", gw.Namespace, gw.ServiceAccount, gw.Network, len(gw.Addresses))
 	}
 
 	if err := cp.DeleteGateway("istio-system", "eastwest"); err != nil {
