@@ -230,6 +230,18 @@ func (s *Server) Errors() []error {
 	return append([]error(nil), s.errs...)
 }
 
+// Addrs is the addresses of the server's listeners, in the order Serve
+// was given them.
+func (s *Server) Addrs() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []net.Addr
+	for _, l := range s.ls {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
 // Open is the number of connections the server holds (both ends of each
 // relayed connection count).
 func (s *Server) Open() int {
