@@ -152,7 +152,9 @@ func drawReport(rep *Report) string {
 	for _, f := range rows {
 		rowsH += 8 + barH*len(rowPaths(f))
 	}
-	height := max(top+rowsH+40, 450)
+	// The right panel: title, 300 px of plot, the axis, a legend line per
+	// path.
+	height := max(top+rowsH+40, top+300+34+16*len(drawnPaths)+10)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)

@@ -102,6 +102,13 @@ func TestDrawReport(t *testing.T) {
 	if _, ok := bars["conn1"]["relay"]; ok {
 		t.Errorf("a relay bar drawn for a figure the relay did not take")
 	}
+	// Everything written fits in the drawing.
+	height, _ := strconv.ParseFloat(els[0].attrs["height"], 64)
+	for _, e := range els {
+		if y, err := strconv.ParseFloat(e.attrs["y"], 64); err == nil && (e.name == "text" || e.name == "rect") && y > height {
+			t.Errorf("a %s at y=%v, below the drawing's height %v", e.name, y, height)
+		}
+	}
 	if lines != 3 {
 		t.Errorf("%d rr lines, want one per path with round trips (3)", lines)
 	}
