@@ -35,7 +35,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"time"
 
 	"github.com/meshtun/meshtun/bench/relay"
 	"istio.io/istio/pkg/hbone"
@@ -127,7 +126,8 @@ func start(o options) (io.Closer, []net.Addr, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		timeout := 20 * time.Second
+		// No Timeout: pkg/hbone applies it to its plaintext (h2c)
+		// transport only.
 		d := hbone.NewDialer(hbone.Config{
 			ProxyAddress: o.proxy,
 			TLS: &tls.Config{
@@ -138,7 +138,6 @@ func start(o options) (io.Closer, []net.Addr, error) {
 				InsecureSkipVerify:    true,
 				VerifyPeerCertificate: verify,
 			},
-			Timeout: &timeout,
 		})
 		rs := relay.NewServer()
 		for _, f := range fwds {
