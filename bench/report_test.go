@@ -149,3 +149,41 @@ func TestTablePeers(t *testing.T) {
 		t.Errorf("the JSON does not carry the peers: %s", b)
 	}
 }
+
+// Runs alternate the order of every path: pair, kernel, then the peers
+// on even runs, the reverse on odd ones; without peers only the pair and
+// the kernel, and a peer the run left out never.
+func TestOrder(t *testing.T) {
+	e := &env{}
+	e.pair, e.kernel, e.relay, e.istio = &path{name: "pair"}, &path{name: "kernel"}, &path{name: "relay"}, &path{name: "istio"}
+	names := func(ps []*path) string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		run   int
+		peers bool
+		want  string
+	}{
+		{0, true, "pair,kernel,relay,istio"},
+		{1, true, "istio,relay,kernel,pair"},
+		{2, true, "pair,kernel,relay,istio"},
+		{0, false, "pair,kernel"},
+		{1, false, "kernel,pair"},
+	} {
+		if got := names(e.order(c.run, c.peers)); got != c.want {
+			t.Errorf("order(%d, peers %v) = %s, want %s", c.run, c.peers, got, c.want)
+		}
+	}
+	e.istio = nil
+	if got := names(e.order(1, true)); got != "relay,kernel,pair" {
+		t.Errorf("without Istio's pair, order(1) = %s", got)
+	}
+	// order must not reorder the env's own list of paths.
+	if got := names(e.all()); got != "pair,kernel,relay" {
+		t.Errorf("all() = %s after order", got)
+	}
+}
