@@ -103,14 +103,17 @@ demo-mesh: build
 	@echo "demo-mesh: building interop/istiod/cmd/demo-mesh; the first build compiles Istio's control plane and takes many minutes (interop/istiod/README.md, Build times), later ones seconds"
 	cd interop/istiod && $(GO) run ./cmd/demo-mesh -bin ../../$(BIN) -example ../../examples/vm-in-ambient-mesh
 
-## bench: the gateway pair against the kernel, same topology, same run
+## bench: the gateway pair against the kernel and two peers (a plain
+## relay pair, Istio's Go HBONE pair), same topology, same run
 ## (bench/README.md); needs root. BENCHFLAGS picks scenarios and sizes,
 ## e.g. make bench BENCHFLAGS='-scenarios bulk1 -runs 3 -bulk 1GiB'.
 ## iperf3 is installed when missing and apt can; otherwise its
-## cross-check row is skipped.
+## cross-check row is skipped. Istio's pair is bin/hbone-pair, built from
+## interop/istiod (the first build compiles Istio's tree: many minutes).
 bench: build
 	@command -v iperf3 >/dev/null 2>&1 || apt-get install -y -q iperf3 >/dev/null 2>&1 || echo "iperf3 not installed: its cross-check row will be skipped"
-	$(GO) run ./bench/cmd/meshtun-bench -bin $(BIN) $(BENCHFLAGS)
+	cd interop/istiod && $(GO) build -o ../../bin/hbone-pair ./cmd/hbone-pair
+	$(GO) run ./bench/cmd/meshtun-bench -bin $(BIN) -istio-hbone bin/hbone-pair $(BENCHFLAGS)
 	$(MAKE) bench-scale
 
 ## bench-scale: Istio's control plane (interop/istiod, in process) grows

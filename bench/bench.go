@@ -39,6 +39,13 @@ type Config struct {
 	// <scenario>-<n>-<node>.trace: where each goroutine waited and woke
 	// (read with go tool trace).
 	Trace bool
+	// NoRelay leaves out the plain relay pair (the peer built into the
+	// bench).
+	NoRelay bool
+	// IstioHBONE is the hbone-pair binary (interop/istiod/cmd/hbone-pair)
+	// of the Istio Go HBONE peer; "" leaves that peer out, and its
+	// figures are reported as not measured.
+	IstioHBONE string
 }
 
 // DefaultConfig is the full bench (`make bench`).
@@ -111,7 +118,9 @@ type Sample struct {
 
 // CPU is CPU-seconds (user + system) per process. On the kernel path
 // there are no gateways: Loadgen (this process: client, server and the
-// kernel's TCP work in their system calls) is the whole cost.
+// kernel's TCP work in their system calls) is the whole cost. On a peer
+// path GatewayA and GatewayB are its two proxy processes (relays, or
+// hbone-pair's client and server).
 type CPU struct {
 	GatewayA float64 `json:"gateway_a"`
 	GatewayB float64 `json:"gateway_b"`
@@ -122,7 +131,8 @@ func (c CPU) sub(o CPU) CPU {
 	return CPU{c.GatewayA - o.GatewayA, c.GatewayB - o.GatewayB, c.Loadgen - o.Loadgen}
 }
 
-// Figure is one number of the bench, measured on both paths.
+// Figure is one number of the bench, measured on the pair, the kernel
+// path and, for the scenarios that run them, the two peers.
 type Figure struct {
 	Scenario string   `json:"scenario"`
 	Key      string   `json:"key"` // stable id, e.g. "bulk1.up", "rr.p50"
@@ -132,12 +142,26 @@ type Figure struct {
 	WorkUnit string   `json:"work_unit,omitempty"` // "GiB" or "conn": what CPU is divided by
 	Pair     []Sample `json:"pair"`
 	Kernel   []Sample `json:"kernel,omitempty"`
-	PairS    Stats    `json:"pair_stats"`
-	KernelS  Stats    `json:"kernel_stats,omitempty"`
-	Ratio    float64  `json:"ratio,omitempty"` // pair median ÷ kernel median
+	// Relay and Istio are the peers: the plain relay pair and Istio's Go
+	// HBONE pair (README.md, "The peers").
+	Relay   []Sample `json:"relay,omitempty"`
+	Istio   []Sample `json:"istio,omitempty"`
+	PairS   Stats    `json:"pair_stats"`
+	KernelS Stats    `json:"kernel_stats,omitempty"`
+	RelayS  Stats    `json:"relay_stats,omitempty"`
+	IstioS  Stats    `json:"istio_stats,omitempty"`
+	Ratio   float64  `json:"ratio,omitempty"` // pair median ÷ kernel median
+	// RatioRelay and RatioIstio are the pair's median ÷ each peer's.
+	RatioRelay float64 `json:"ratio_relay,omitempty"`
+	RatioIstio float64 `json:"ratio_istio,omitempty"`
 	// CPU per unit of work, medians over the runs.
 	PairCPU   CPU     `json:"pair_cpu_per_work,omitempty"`
 	KernelCPU float64 `json:"kernel_cpu_per_work,omitempty"` // loadgen on the kernel path
+	RelayCPU  CPU     `json:"relay_cpu_per_work,omitempty"`
+	IstioCPU  CPU     `json:"istio_cpu_per_work,omitempty"`
+	// NotMeasured says, by path name, why a path that runs this
+	// scenario could not take this figure.
+	NotMeasured map[string]string `json:"not_measured,omitempty"`
 }
 
 // finish computes the summaries from the runs.
@@ -150,9 +174,14 @@ func (f *Figure) finish() {
 		return v
 	}
 	f.PairS, f.KernelS = summarize(val(f.Pair)), summarize(val(f.Kernel))
-	if f.KernelS.N > 0 && f.KernelS.Median != 0 {
-		f.Ratio = f.PairS.Median / f.KernelS.Median
+	f.RelayS, f.IstioS = summarize(val(f.Relay)), summarize(val(f.Istio))
+	ratio := func(s Stats) float64 {
+		if s.N > 0 && s.Median != 0 && f.PairS.N > 0 {
+			return f.PairS.Median / s.Median
+		}
+		return 0
 	}
+	f.Ratio, f.RatioRelay, f.RatioIstio = ratio(f.KernelS), ratio(f.RelayS), ratio(f.IstioS)
 	if f.WorkUnit == "" {
 		return
 	}
@@ -165,12 +194,38 @@ func (f *Figure) finish() {
 		}
 		return summarize(v).Median
 	}
-	f.PairCPU = CPU{
-		GatewayA: per(f.Pair, func(c CPU) float64 { return c.GatewayA }),
-		GatewayB: per(f.Pair, func(c CPU) float64 { return c.GatewayB }),
-		Loadgen:  per(f.Pair, func(c CPU) float64 { return c.Loadgen }),
+	perCPU := func(rs []Sample) CPU {
+		return CPU{
+			GatewayA: per(rs, func(c CPU) float64 { return c.GatewayA }),
+			GatewayB: per(rs, func(c CPU) float64 { return c.GatewayB }),
+			Loadgen:  per(rs, func(c CPU) float64 { return c.Loadgen }),
+		}
 	}
+	f.PairCPU, f.RelayCPU, f.IstioCPU = perCPU(f.Pair), perCPU(f.Relay), perCPU(f.Istio)
 	f.KernelCPU = per(f.Kernel, func(c CPU) float64 { return c.Loadgen })
+}
+
+// samples is where the runs of path name go.
+func (f *Figure) samples(name string) *[]Sample {
+	switch name {
+	case "pair":
+		return &f.Pair
+	case "kernel":
+		return &f.Kernel
+	case "relay":
+		return &f.Relay
+	case "istio":
+		return &f.Istio
+	}
+	panic("bench: no path " + name)
+}
+
+// notMeasuredOn records that path name cannot take f, and why.
+func (f *Figure) notMeasuredOn(name, why string) {
+	if f.NotMeasured == nil {
+		f.NotMeasured = map[string]string{}
+	}
+	f.NotMeasured[name] = why
 }
 
 // Report is a bench run: machine, settings, figures, targets, and what was
@@ -183,15 +238,20 @@ type Report struct {
 	Figures []*Figure      `json:"figures"`
 	Targets []TargetResult `json:"targets"`
 	// RR is the distribution of the rr scenario's round trips on each
-	// path ("pair", "kernel"), every timed exchange of every run.
-	RR       map[string][]Quantile `json:"rr_distribution,omitempty"`
-	Skipped  map[string]string     `json:"skipped,omitempty"`
-	Errors   map[string]string     `json:"errors,omitempty"`
-	JSONPath string                `json:"-"`
+	// path ("pair", "kernel", "relay", "istio"), every timed exchange of
+	// every run.
+	RR      map[string][]Quantile `json:"rr_distribution,omitempty"`
+	Skipped map[string]string     `json:"skipped,omitempty"`
+	// PeersLeftOut says, by path name ("relay", "istio"), why the run
+	// measured no figure on that peer.
+	PeersLeftOut map[string]string `json:"peers_left_out,omitempty"`
+	Errors       map[string]string `json:"errors,omitempty"`
+	JSONPath     string            `json:"-"`
 }
 
-// Run builds the two paths, runs the chosen scenarios (each run on the
-// pair, then on the kernel path, alternating which goes first), prints
+// Run builds the paths, runs the chosen scenarios (each run on the pair,
+// the kernel path and, for the scenarios that take them, the peers, in an
+// order reversed every other run), prints
 // progress and the tables to out, writes the JSON, and removes everything.
 // A failed scenario is recorded and the others still run; the returned
 // error says which failed.
@@ -203,7 +263,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (*Report, error) {
 	if len(names) == 0 {
 		names = ScenarioNames()
 	}
-	rep := &Report{Started: time.Now(), Config: cfg.summary(), Skipped: map[string]string{}, Errors: map[string]string{}}
+	rep := &Report{Started: time.Now(), Config: cfg.summary(), Skipped: map[string]string{}, Errors: map[string]string{}, PeersLeftOut: map[string]string{}}
+	if cfg.NoRelay {
+		rep.PeersLeftOut["relay"] = "left out (-relay=false)"
+	}
+	if cfg.IstioHBONE == "" {
+		rep.PeersLeftOut["istio"] = "no hbone-pair binary (-istio-hbone; make bench builds bin/hbone-pair from interop/istiod)"
+	}
 	fmt.Fprintf(out, "meshtun bench: %s; %d run(s) per figure and path; bulk %s, %d conns, %d IPs, %d idle flows, %d rr\n",
 		strings.Join(names, ", "), cfg.Runs, formatSize(cfg.Bulk), cfg.Conns, cfg.IPs, cfg.Idle, cfg.RR)
 	if cfg.Profile != "" {
@@ -282,6 +348,7 @@ func (c Config) summary() map[string]any {
 	return map[string]any{
 		"runs": c.Runs, "bulk_bytes": c.Bulk, "conns": c.Conns, "ips": c.IPs,
 		"idle": c.Idle, "rr": c.RR, "workers": c.Workers, "mss": c.MSS, "spread": c.Spread, "scenarios": c.Scenarios,
+		"relay": !c.NoRelay, "istio_hbone": c.IstioHBONE,
 	}
 }
 

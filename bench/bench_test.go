@@ -58,9 +58,13 @@ func TestTinyBench(t *testing.T) {
 	cfg.RR = 200
 	cfg.Workers = 4
 	cfg.Out = filepath.Join(dir, "results")
+	// Istio's Go HBONE peer only with a prebuilt hbone-pair: building
+	// Istio's tree here would take tens of minutes.
+	cfg.IstioHBONE = os.Getenv("MESHTUN_BENCH_HBONE_PAIR")
 
 	nsBefore := netnsNames(t)
 	rep, out := runBench(t, cfg, 5*time.Minute)
+	peerCPU := map[string]bool{} // a figure saw that peer's proxies use CPU
 
 	gatewayCPU := false // some scenario saw the gateways use CPU
 	byScenario := map[string][]*Figure{}
@@ -80,7 +84,49 @@ func TestTinyBench(t *testing.T) {
 		if len(figs) == 0 {
 			t.Errorf("scenario %s produced no figures", name)
 		}
+		sc, _ := scenarioByName(name)
 		for _, f := range figs {
+			// Each peer took every figure of a scenario that runs on the
+			// peers, but those it says it cannot take, and no other.
+			for _, peer := range []struct {
+				name    string
+				runs    int
+				enabled bool
+			}{{"relay", f.RelayS.N, true}, {"istio", f.IstioS.N, cfg.IstioHBONE != ""}} {
+				why, cannot := f.NotMeasured[peer.name]
+				want := 0
+				if sc.Peers && peer.enabled && !cannot {
+					want = cfg.Runs
+				}
+				if peer.runs != want {
+					t.Errorf("%s: %d runs on %s, want %d (not measured: %q)", f.Name, peer.runs, peer.name, want, why)
+				}
+				if cannot && !sc.Peers {
+					t.Errorf("%s: a scenario without peers says why %s cannot take it", f.Name, peer.name)
+				}
+			}
+			if f.RelayCPU.GatewayA < 0 || f.RelayCPU.GatewayB < 0 || f.IstioCPU.GatewayA < 0 || f.IstioCPU.GatewayB < 0 {
+				t.Errorf("%s: negative proxy CPU %+v / %+v", f.Name, f.RelayCPU, f.IstioCPU)
+			}
+			if f.WorkUnit != "" && f.RelayCPU.GatewayA+f.RelayCPU.GatewayB > 0 {
+				peerCPU["relay"] = true
+			}
+			if f.WorkUnit != "" && f.IstioCPU.GatewayA+f.IstioCPU.GatewayB > 0 {
+				peerCPU["istio"] = true
+			}
+			// The relay passes half-closes on: only the connect figures,
+			// which a proxy in front of the client cannot take, are missing.
+			if why, ok := f.NotMeasured["relay"]; ok && !strings.HasPrefix(f.Key, name+".connect.") {
+				t.Errorf("%s: not measured on the relay: %s", f.Name, why)
+			}
+			for _, r := range append(append([]Sample(nil), f.Relay...), f.Istio...) {
+				if math.IsNaN(r.Value) || math.IsInf(r.Value, 0) || r.Value <= 0 {
+					t.Errorf("%s: peer value %v", f.Name, r.Value)
+				}
+				if f.WorkUnit != "" && r.Work <= 0 {
+					t.Errorf("%s: no work counted on a peer", f.Name)
+				}
+			}
 			if f.PairS.N != cfg.Runs {
 				t.Errorf("%s: %d runs through the pair, want %d", f.Name, f.PairS.N, cfg.Runs)
 			}
@@ -112,6 +158,15 @@ func TestTinyBench(t *testing.T) {
 	if !gatewayCPU {
 		t.Errorf("no scenario measured any gateway CPU: the /proc sampling of the gateway processes is broken")
 	}
+	if !peerCPU["relay"] || (cfg.IstioHBONE != "" && !peerCPU["istio"]) {
+		t.Errorf("no scenario measured the CPU of a peer's proxies (%v): the /proc sampling of the proxies is broken", peerCPU)
+	}
+	if len(rep.RR["relay"]) == 0 || (cfg.IstioHBONE != "") != (len(rep.RR["istio"]) > 0) {
+		t.Errorf("rr distributions of %v; want the relay's, and Istio's iff it ran", keys(rep.RR))
+	}
+	if _, left := rep.PeersLeftOut["istio"]; left != (cfg.IstioHBONE == "") {
+		t.Errorf("peers left out: %v, with istio-hbone %q", rep.PeersLeftOut, cfg.IstioHBONE)
+	}
 	if len(rep.Targets) != len(Targets()) {
 		t.Errorf("%d targets evaluated, want %d", len(rep.Targets), len(Targets()))
 	}
@@ -120,11 +175,17 @@ func TestTinyBench(t *testing.T) {
 		pending[tg.Name] = tg.Pending
 	}
 	for _, tr := range rep.Targets {
-		if !tr.Measured && !pending[tr.Name] {
+		istio := strings.Contains(tr.Name, "Istio")
+		switch {
+		case istio && cfg.IstioHBONE == "":
+			if tr.Measured {
+				t.Errorf("target %q measured without Istio's HBONE pair", tr.Name)
+			}
+		case !tr.Measured && !pending[tr.Name]:
 			t.Errorf("target %q not measured", tr.Name)
 		}
 	}
-	for _, want := range []string{"pair median", "target (" + TargetsIssue + ")", "run 1/1 pair", "run 1/1 kernel"} {
+	for _, want := range []string{"pair median", "pair÷relay", "pair÷Istio", "target (" + TargetsIssue + ")", "run 1/1 pair", "run 1/1 kernel", "run 1/1 relay"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -145,6 +206,14 @@ func TestTinyBench(t *testing.T) {
 	if left := newNames(nsBefore, netnsNames(t)); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }
 
 func netnsNames(t *testing.T) map[string]bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -38,12 +39,22 @@ const (
 // path is one way from the client in node A to the server in node B: a
 // topology of its own, with gateways (the pair) or without (the kernel).
 type path struct {
-	name     string // "pair" or "kernel"
+	name     string // "pair", "kernel", or a peer: "relay", "istio"
 	tp       *topo.Topology
-	gwA, gwB *topo.Gateway // nil on the kernel path
+	gwA, gwB *topo.Gateway // nil but on the pair
 	srv      *Server
 	e        *env
 	variant  string // config file suffix the gateways run on: "" or "-spread"
+
+	// A peer's two proxy processes (node A's, node B's); nil on the
+	// pair and the kernel path.
+	proxyA, proxyB *helper
+	// entry, on a peer, is the host in node A the client dials (proxy
+	// A's listener) instead of node B's workload address.
+	entry string
+	// noHalfClose, on a peer, says why a client's half-close cannot
+	// cross it ("" when it can).
+	noHalfClose string
 }
 
 // env is everything a bench run built; close removes it all.
@@ -53,6 +64,8 @@ type env struct {
 	logw   *os.File
 	pair   *path
 	kernel *path
+	relay  *path // nil when the plain relay pair is left out
+	istio  *path // nil without an hbone-pair binary
 	out    io.Writer
 
 	scenario   string // the scenario running (names profiles)
@@ -126,7 +139,34 @@ func setup(ctx context.Context, cfg Config, out io.Writer) (e *env, err error) {
 			return nil, err
 		}
 	}
+	if !cfg.NoRelay {
+		e.relay = &path{name: "relay", e: e}
+	}
+	if cfg.IstioHBONE != "" {
+		e.istio = &path{name: "istio", e: e, noHalfClose: istioNoHalfClose}
+	}
+	for _, p := range e.peers() {
+		if err := p.setupPeer(ctx); err != nil {
+			return nil, fmt.Errorf("bench: %s path: %w", p.name, err)
+		}
+	}
 	return e, nil
+}
+
+// all is every path this run measures, in the order of even runs.
+func (e *env) all() []*path {
+	return append([]*path{e.pair, e.kernel}, e.peers()...)
+}
+
+// peers is the peer paths this run measures.
+func (e *env) peers() []*path {
+	var out []*path
+	for _, p := range []*path{e.relay, e.istio} {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // writeConfigs makes certificates with `meshtun certs` and writes the
@@ -249,21 +289,26 @@ func (p *path) restartGateways(ctx context.Context) error {
 	return p.startGateways(ctx)
 }
 
-// target is host:port of node B's workload address.
+// target is host:port the client in node A dials to reach the server's
+// port: node B's workload address, or on a peer proxy A's listener.
 func (p *path) target(port int) string {
+	if p.entry != "" {
+		return net.JoinHostPort(p.entry, fmt.Sprint(port))
+	}
 	return netip.AddrPortFrom(p.tp.B.Workload4, uint16(port)).String()
 }
 
 // close removes everything setup built. It may be called more than once.
 func (e *env) close() error {
 	var errs []error
-	for _, p := range []*path{e.pair, e.kernel} {
+	for _, p := range []*path{e.pair, e.kernel, e.relay, e.istio} {
 		if p == nil {
 			continue
 		}
 		if err := p.stopGateways(); err != nil {
 			errs = append(errs, err)
 		}
+		p.stopProxies()
 		if p.srv != nil {
 			p.srv.Close()
 		}

@@ -29,7 +29,7 @@ func iperfScenario(ctx context.Context, e *env) ([]*Figure, error) {
 		defer stop()
 	}
 	for run := 0; run < e.cfg.Runs; run++ {
-		for _, p := range e.order(run) {
+		for _, p := range e.order(run, false) {
 			var iperfCPU float64
 			r, err := p.measure(func() (float64, float64, error) {
 				res, err := iperfClient(ctx, p, max(e.cfg.Bulk, iperfMinBytes))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,23 +21,26 @@ import (
 type Scenario struct {
 	Name  string
 	About string
+	// Peers: the scenario runs on the peer paths too (the plain relay
+	// pair, Istio's Go HBONE pair), not only the pair and the kernel.
+	Peers bool
 	run   func(ctx context.Context, e *env) ([]*Figure, error)
 }
 
 // Scenarios lists every scenario in the order `make bench` runs them.
 func Scenarios() []Scenario {
 	return []Scenario{
-		{"bulk1", "one bulk flow each way, default MTU", bulkScenario("bulk1", 1, 0)},
-		{"bulk1-mss", "one bulk flow each way, client MSS clamped (what traffic routed in from another host sees)", bulkScenario("bulk1-mss", 1, -1)},
-		{"bulk8", "8 concurrent bulk flows each way (the bulk size split over them)", bulkScenario("bulk8", 8, 0)},
-		{"bulk8-spread", "bulk8 with the gateways restarted on hbone.conns_per_peer = -spread (flows spread over pooled connections)", spreadScenario},
-		{"conn1ip", "connection rate: connect, 64 B request, 64 B reply, close; one destination IP", connScenario("conn1ip", false)},
-		{"connmany", "connection rate, round-robin over many distinct destination IPs", connScenario("connmany", true)},
-		{"short1", "short connections one at a time: connect, 64 B each way, both FINs; connect and whole-connection latency", shortScenario("short1", 1)},
-		{"short8", "short connections, 8 at once", shortScenario("short8", 8)},
-		{"rr", "request/response latency: 64 B ping-pong on one established flow", rrScenario},
-		{"idle", "idle established flows: resident memory per flow of each gateway (fresh gateways per run)", idleScenario},
-		{"iperf3", "cross-check: iperf3, one flow node A → node B", iperfScenario},
+		{"bulk1", "one bulk flow each way, default MTU", true, bulkScenario("bulk1", 1, 0, true)},
+		{"bulk1-mss", "one bulk flow each way, client MSS clamped (what traffic routed in from another host sees)", true, bulkScenario("bulk1-mss", 1, -1, true)},
+		{"bulk8", "8 concurrent bulk flows each way (the bulk size split over them)", true, bulkScenario("bulk8", 8, 0, true)},
+		{"bulk8-spread", "bulk8 with the gateways restarted on hbone.conns_per_peer = -spread (flows spread over pooled connections)", false, spreadScenario},
+		{"conn1ip", "connection rate: connect, 64 B request, 64 B reply, close; one destination IP", true, connScenario("conn1ip", false)},
+		{"connmany", "connection rate, round-robin over many distinct destination IPs", false, connScenario("connmany", true)},
+		{"short1", "short connections one at a time: connect, 64 B each way, both FINs; connect and whole-connection latency", true, shortScenario("short1", 1)},
+		{"short8", "short connections, 8 at once", true, shortScenario("short8", 8)},
+		{"rr", "request/response latency: 64 B ping-pong on one established flow", true, rrScenario},
+		{"idle", "idle established flows: resident memory per flow of each gateway (fresh gateways per run)", false, idleScenario},
+		{"iperf3", "cross-check: iperf3, one flow node A → node B", false, iperfScenario},
 	}
 }
 
@@ -58,14 +62,19 @@ func scenarioByName(name string) (Scenario, bool) {
 	return Scenario{}, false
 }
 
-// order is the paths of run i: the pair first on even runs, the kernel
-// first on odd ones, so a slow drift of the machine's load does not favour
-// one side.
-func (e *env) order(i int) []*path {
-	if i%2 == 1 {
-		return []*path{e.kernel, e.pair}
+// order is the paths of run i: the pair, the kernel and, with peers, the
+// peers this run has, in that order on even runs and reversed on odd
+// ones, so a slow drift of the machine's load favours no path (over two
+// runs each sits at every position's mirror once).
+func (e *env) order(i int, peers bool) []*path {
+	ps := []*path{e.pair, e.kernel}
+	if peers {
+		ps = e.all()
 	}
-	return []*path{e.pair, e.kernel}
+	if i%2 == 1 {
+		slices.Reverse(ps)
+	}
+	return ps
 }
 
 // cpu reads the CPU time of the path's processes so far.
@@ -79,6 +88,17 @@ func (p *path) cpu() (CPU, error) {
 	}
 	if p.gwB != nil {
 		if c.GatewayB, err = procCPU(p.gwB.PID()); err != nil {
+			return c, err
+		}
+	}
+	// A peer's proxies take the gateways' places.
+	if p.proxyA != nil {
+		if c.GatewayA, err = procCPU(p.proxyA.pid()); err != nil {
+			return c, err
+		}
+	}
+	if p.proxyB != nil {
+		if c.GatewayB, err = procCPU(p.proxyB.pid()); err != nil {
 			return c, err
 		}
 	}
@@ -116,17 +136,14 @@ func (p *path) measure(fn func() (value, work float64, err error)) (Sample, erro
 
 // add files r under p's side of f and prints it as progress.
 func (e *env) add(f *Figure, p *path, run int, r Sample) {
-	if p == e.pair {
-		f.Pair = append(f.Pair, r)
-	} else {
-		f.Kernel = append(f.Kernel, r)
-	}
+	rs := f.samples(p.name)
+	*rs = append(*rs, r)
 	line := fmt.Sprintf("   run %d/%d %-6s %-26s %s", run+1, e.cfg.Runs, p.name, f.Name, fmtValue(r.Value, f.Unit))
 	if r.Extra != "" {
 		line += "  " + r.Extra
 	}
 	if f.WorkUnit != "" && r.Work > 0 {
-		line += "  " + fmtCPUPer(r.CPU, r.Work, f.WorkUnit, p == e.pair)
+		line += "  " + fmtCPUPer(r.CPU, r.Work, f.WorkUnit, p.name)
 	}
 	fmt.Fprintln(e.out, line)
 }
@@ -147,8 +164,10 @@ func guard(ctx context.Context, c net.Conn) (stop func() bool) {
 }
 
 // bulkScenario moves cfg.Bulk bytes each way over flows concurrent
-// connections. mss < 0 clamps the client's MSS to cfg.MSS.
-func bulkScenario(name string, flows int, mss int) func(context.Context, *env) ([]*Figure, error) {
+// connections. mss < 0 clamps the client's MSS to cfg.MSS. With peers
+// the peer paths run it too (an upload not on a peer that cannot pass
+// the client's half-close on).
+func bulkScenario(name string, flows int, mss int, peers bool) func(context.Context, *env) ([]*Figure, error) {
 	return func(ctx context.Context, e *env) ([]*Figure, error) {
 		label := name
 		if flows > 1 {
@@ -161,11 +180,15 @@ func bulkScenario(name string, flows int, mss int) func(context.Context, *env) (
 			mss = e.cfg.MSS
 		}
 		for run := 0; run < e.cfg.Runs; run++ {
-			for _, p := range e.order(run) {
+			for _, p := range e.order(run, peers) {
 				for _, d := range []struct {
 					f  *Figure
 					op byte
 				}{{up, 'U'}, {down, 'D'}} {
+					if d.op == 'U' && p.noHalfClose != "" {
+						d.f.notMeasuredOn(p.name, "the upload half-closes, then reads the receipt: "+p.noHalfClose)
+						continue
+					}
 					r, err := p.measure(func() (float64, float64, error) {
 						return bulkFlows(ctx, p, d.op, e.cfg.Bulk, flows, mss)
 					})
@@ -199,7 +222,7 @@ func spreadScenario(ctx context.Context, e *env) (figs []*Figure, err error) {
 			err = rerr
 		}
 	}()
-	figs, err = bulkScenario("bulk8-spread", 8, 0)(ctx, e)
+	figs, err = bulkScenario("bulk8-spread", 8, 0, false)(ctx, e)
 	for _, f := range figs {
 		f.Name = strings.Replace(f.Name, "(8 flows)", fmt.Sprintf("(8 flows, %d conns)", e.cfg.Spread), 1)
 	}
@@ -269,7 +292,9 @@ func connScenario(name string, many bool) func(context.Context, *env) ([]*Figure
 			f.Name = fmt.Sprintf("conn rate, %d IPs", e.cfg.IPs)
 		}
 		for run := 0; run < e.cfg.Runs; run++ {
-			for _, p := range e.order(run) {
+			// The peers' relays listen on one address: many destination
+			// IPs would need a listener each (or a transparent proxy).
+			for _, p := range e.order(run, !many) {
 				targets := []string{p.target(EchoPort)}
 				if many {
 					targets = targets[:0]
@@ -341,7 +366,7 @@ func rrScenario(ctx context.Context, e *env) ([]*Figure, error) {
 	p99 := &Figure{Scenario: "rr", Key: "rr.p99", Name: "latency p99 (64 B rr)", Unit: "µs"}
 	figs := []*Figure{p50, p99}
 	for run := 0; run < e.cfg.Runs; run++ {
-		for _, p := range e.order(run) {
+		for _, p := range e.order(run, true) {
 			var tail float64
 			r, err := p.measure(func() (float64, float64, error) {
 				dctx, cancel := context.WithTimeout(ctx, dialTimeout)

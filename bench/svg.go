@@ -15,10 +15,12 @@ import (
 
 // What a run draws: one SVG beside its JSON, and latest.svg, which
 // bench/README.md shows. The left panel is every throughput figure
-// measured on both paths (a row each: the kernel's bar and the pair's,
-// scaled to the row's larger one, with the values and the pair's ratio),
-// the right one the distribution of the rr round trips on both paths (the
-// share of exchanges faster than each latency, on a log scale).
+// measured on the pair and the kernel path (a row each: a bar per path
+// measured — kernel, pair, plain relay pair, Istio's Go HBONE pair —
+// scaled to the row's largest, with the values, the pair's ratio to the
+// kernel and to each peer), the right one the distribution of the rr
+// round trips on every path (the share of exchanges faster than each
+// latency, on a log scale).
 
 // Quantile is the latency below which a share Q of the exchanges fell.
 type Quantile struct {
@@ -89,11 +91,37 @@ func Redraw(jsonPath string) (string, error) {
 	return writeSVG(&rep, filepath.Dir(jsonPath))
 }
 
-// Colours of the two paths, the same in both panels.
+// Colours of the paths, the same in both panels.
 const (
 	kernelColour = "#8c8c8c"
 	pairColour   = "#1f6fb4"
+	relayColour  = "#2e9e44"
+	istioColour  = "#e07b00"
 )
+
+// drawnPaths are the paths in the order drawn (bars top to bottom, rr
+// lines), with their colour and legend.
+var drawnPaths = []struct{ name, colour, legend string }{
+	{"kernel", kernelColour, "kernel TCP"},
+	{"pair", pairColour, "meshtun pair"},
+	{"relay", relayColour, "plain relay pair"},
+	{"istio", istioColour, "Istio's Go HBONE pair"},
+}
+
+// statsOf is f's summary on path name.
+func statsOf(f *Figure, name string) Stats {
+	switch name {
+	case "kernel":
+		return f.KernelS
+	case "pair":
+		return f.PairS
+	case "relay":
+		return f.RelayS
+	case "istio":
+		return f.IstioS
+	}
+	return Stats{}
+}
 
 // drawReport is rep as an SVG document.
 func drawReport(rep *Report) string {
@@ -106,47 +134,79 @@ func drawReport(rep *Report) string {
 	const (
 		width  = 1180
 		leftW  = 700
-		rowH   = 34
+		barH   = 13
 		top    = 86
 		labelW = 270
 	)
-	height := max(top+len(rows)*rowH+40, 450)
+	// Each row has a bar per path measured (kernel, pair, then peers).
+	rowPaths := func(f *Figure) []int {
+		var out []int
+		for i, dp := range drawnPaths {
+			if statsOf(f, dp.name).N > 0 {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	rowsH := 0
+	for _, f := range rows {
+		rowsH += 8 + barH*len(rowPaths(f))
+	}
+	// The right panel: title, 300 px of plot, the axis, a legend line per
+	// path.
+	height := max(top+rowsH+40, top+300+34+16*len(drawnPaths)+10)
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	title := "meshtun bench, " + rep.Started.UTC().Format("2006-01-02 15:04 UTC")
 	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">%s</text>`+"\n", esc(title))
 	fmt.Fprintf(&b, `<text x="10" y="38" font-size="11" fill="#555">%s</text>`+"\n", esc(rep.Machine.oneLine()))
-	fmt.Fprintf(&b, `<text x="10" y="56"><tspan fill="%s">■ kernel TCP</tspan>  <tspan fill="%s">■ meshtun pair</tspan>  (medians of %s; whiskers: min to max)</text>`+"\n",
-		kernelColour, pairColour, runsOf(rep))
+	var legend []string
+	for _, dp := range drawnPaths {
+		legend = append(legend, fmt.Sprintf(`<tspan fill="%s">■ %s</tspan>`, dp.colour, esc(dp.legend)))
+	}
+	fmt.Fprintf(&b, `<text x="10" y="56">%s  (medians of %s; whiskers: min to max)</text>`+"\n", strings.Join(legend, "  "), runsOf(rep))
 
 	// Left: throughput, one row per figure.
-	fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">throughput (pair ÷ kernel)</text>`+"\n", top-12)
+	fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">throughput (pair ÷ kernel; ÷ each peer)</text>`+"\n", top-12)
 	barMax := float64(leftW - labelW - 150)
-	for i, f := range rows {
-		y := top + i*rowH
-		scale := math.Max(f.PairS.Max, f.KernelS.Max)
+	y := top
+	for _, f := range rows {
+		ps := rowPaths(f)
+		scale := 0.0
+		for _, i := range ps {
+			scale = math.Max(scale, statsOf(f, drawnPaths[i].name).Max)
+		}
 		if scale <= 0 {
 			scale = 1
 		}
 		fmt.Fprintf(&b, `<g class="row" data-key="%s">`+"\n", esc(f.Key))
 		fmt.Fprintf(&b, `<text x="10" y="%d">%s</text>`+"\n", y+18, esc(f.Name))
-		for j, s := range []struct {
-			st     Stats
-			colour string
-			path   string
-		}{{f.KernelS, kernelColour, "kernel"}, {f.PairS, pairColour, "pair"}} {
-			by := y + 4 + j*13
-			w := s.st.Median / scale * barMax
-			fmt.Fprintf(&b, `<rect class="bar" data-path="%s" x="%d" y="%d" width="%.1f" height="11" fill="%s"/>`+"\n", s.path, labelW, by, w, s.colour)
-			x0, x1 := float64(labelW)+s.st.Min/scale*barMax, float64(labelW)+s.st.Max/scale*barMax
+		for j, i := range ps {
+			dp := drawnPaths[i]
+			st := statsOf(f, dp.name)
+			by := y + 4 + j*barH
+			w := st.Median / scale * barMax
+			fmt.Fprintf(&b, `<rect class="bar" data-path="%s" x="%d" y="%d" width="%.1f" height="11" fill="%s"/>`+"\n", dp.name, labelW, by, w, dp.colour)
+			x0, x1 := float64(labelW)+st.Min/scale*barMax, float64(labelW)+st.Max/scale*barMax
 			fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="black"/>`+"\n", x0, by+5, x1, by+5)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="10">%s</text>`+"\n", float64(labelW)+barMax+6, by+10, esc(num(s.st.Median)+" "+f.Unit))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="10">%s</text>`+"\n", float64(labelW)+barMax+6, by+10, esc(num(st.Median)+" "+f.Unit))
 		}
 		if f.Ratio > 0 {
 			fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold" text-anchor="end">%.2f×</text>`+"\n", leftW, y+18, f.Ratio)
 		}
+		var peers []string
+		if f.RelayS.N > 0 && f.RatioRelay > 0 {
+			peers = append(peers, fmt.Sprintf("%.2f× relay", f.RatioRelay))
+		}
+		if f.IstioS.N > 0 && f.RatioIstio > 0 {
+			peers = append(peers, fmt.Sprintf("%.2f× Istio", f.RatioIstio))
+		}
+		if len(peers) > 0 {
+			fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="10" text-anchor="end">%s</text>`+"\n", leftW, y+31, esc(strings.Join(peers, ", ")))
+		}
 		b.WriteString("</g>\n")
+		y += 8 + barH*len(ps)
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(&b, `<text x="10" y="%d">no throughput figure measured on both paths</text>`+"\n", top+18)
@@ -200,14 +260,12 @@ func drawRR(b *strings.Builder, rr map[string][]Quantile, x, y, w, h int) {
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>`+"\n", x, py(q.q), x+w, py(q.q))
 		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" font-size="10">%s</text>`+"\n", x-4, py(q.q)+3, q.label)
 	}
-	for _, path := range []string{"kernel", "pair"} {
+	line := 0
+	for _, dp := range drawnPaths {
+		path, colour := dp.name, dp.colour
 		qs := rr[path]
 		if len(qs) == 0 {
 			continue
-		}
-		colour := pairColour
-		if path == "kernel" {
-			colour = kernelColour
 		}
 		var pts []string
 		for _, q := range qs {
@@ -217,8 +275,9 @@ func drawRR(b *strings.Builder, rr map[string][]Quantile, x, y, w, h int) {
 		}
 		fmt.Fprintf(b, `<polyline class="rr" data-path="%s" points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", path, strings.Join(pts, " "), colour)
 		if p50 := quantileAt(qs, 0.5); p50 > 0 {
-			fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s p50 %s µs, p99 %s µs</text>`+"\n", x, y+h+34+boolInt(path == "pair")*16, colour,
+			fmt.Fprintf(b, `<text x="%d" y="%d" fill="%s">%s p50 %s µs, p99 %s µs</text>`+"\n", x, y+h+34+line*16, colour,
 				path, short(p50), short(quantileAt(qs, 0.99)))
+			line++
 		}
 	}
 }
@@ -231,13 +290,6 @@ func quantileAt(qs []Quantile, q float64) float64 {
 		if x.Q == q {
 			return x.Micros
 		}
-	}
-	return 0
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
 	}
 	return 0
 }

@@ -46,7 +46,8 @@ func TestDrawReport(t *testing.T) {
 		Config:  map[string]any{"runs": 3},
 		Figures: []*Figure{
 			{Key: "bulk1.up", Name: "bulk <1 flow> up", Unit: "Gbit/s", Higher: true,
-				PairS: Stats{Median: 3, Min: 2.5, Max: 3.5, N: 3}, KernelS: Stats{Median: 12, Min: 11, Max: 13, N: 3}, Ratio: 0.25},
+				PairS: Stats{Median: 3, Min: 2.5, Max: 3.5, N: 3}, KernelS: Stats{Median: 12, Min: 11, Max: 13, N: 3}, Ratio: 0.25,
+				RelayS: Stats{Median: 6, Min: 6, Max: 6, N: 3}, RatioRelay: 0.5, IstioS: Stats{Median: 2, Min: 2, Max: 2, N: 3}, RatioIstio: 1.5},
 			{Key: "conn1", Name: "conn rate", Unit: "conn/s", Higher: true,
 				PairS: Stats{Median: 4000, Min: 3900, Max: 4100, N: 3}, KernelS: Stats{Median: 20000, Min: 19000, Max: 21000, N: 3}, Ratio: 0.2},
 			{Key: "rr.p50", Name: "latency p50", Unit: "µs", PairS: Stats{Median: 150, N: 3}, KernelS: Stats{Median: 40, N: 3}},
@@ -55,6 +56,7 @@ func TestDrawReport(t *testing.T) {
 		RR: map[string][]Quantile{
 			"kernel": {{0.5, 40}, {0.99, 160}},
 			"pair":   {{0.5, 150}, {0.99, 1500}},
+			"relay":  {{0.5, 120}, {0.99, 400}},
 		},
 	}
 	doc := drawReport(rep)
@@ -90,10 +92,27 @@ func TestDrawReport(t *testing.T) {
 			t.Errorf("%s: pair bar ÷ kernel bar = %.3f, want the medians' ratio %.2f", k, got, want)
 		}
 	}
-	if lines != 2 {
-		t.Errorf("%d rr lines, want one per path", lines)
+	// The peers' bars, where measured, to the same scale.
+	if got := bars["bulk1.up"]["relay"] / bars["bulk1.up"]["kernel"]; math.Abs(got-0.5) > 0.01 {
+		t.Errorf("relay bar ÷ kernel bar = %.3f, want the medians' ratio 0.5", got)
 	}
-	for _, want := range []string{"bulk &lt;1 flow&gt; up", "0.25×", "pair p50 150 µs, p99 1500 µs", "kernel p50 40 µs", "3 runs"} {
+	if got := bars["bulk1.up"]["istio"] / bars["bulk1.up"]["kernel"]; math.Abs(got-2.0/12) > 0.01 {
+		t.Errorf("Istio bar ÷ kernel bar = %.3f, want the medians' ratio %.3f", got, 2.0/12)
+	}
+	if _, ok := bars["conn1"]["relay"]; ok {
+		t.Errorf("a relay bar drawn for a figure the relay did not take")
+	}
+	// Everything written fits in the drawing.
+	height, _ := strconv.ParseFloat(els[0].attrs["height"], 64)
+	for _, e := range els {
+		if y, err := strconv.ParseFloat(e.attrs["y"], 64); err == nil && (e.name == "text" || e.name == "rect") && y > height {
+			t.Errorf("a %s at y=%v, below the drawing's height %v", e.name, y, height)
+		}
+	}
+	if lines != 3 {
+		t.Errorf("%d rr lines, want one per path with round trips (3)", lines)
+	}
+	for _, want := range []string{"bulk &lt;1 flow&gt; up", "0.25×", "0.50× relay, 1.50× Istio", "pair p50 150 µs, p99 1500 µs", "kernel p50 40 µs", "relay p50 120 µs", "plain relay pair", "3 runs"} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the SVG lacks %q", want)
 		}

@@ -44,6 +44,8 @@ func run() int {
 	flag.BoolVar(&cfg.Trace, "trace", false, "with -profile: an execution trace of each gateway instead of the CPU profile (go tool trace)")
 	flag.IntVar(&cfg.ProfileSeconds, "profile-seconds", cfg.ProfileSeconds, "length of each profile; a shorter measurement leaves idle time in it")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temp dir (configs, certificates, gateway logs)")
+	flag.StringVar(&cfg.IstioHBONE, "istio-hbone", "", "the hbone-pair binary (cd interop/istiod && go build -o ../../bin/hbone-pair ./cmd/hbone-pair): measure Istio's Go HBONE pair as a peer; without it those figures are not measured")
+	relayPeer := flag.Bool("relay", true, "measure the plain relay pair as a peer")
 	draw := flag.String("draw", "", "instead of a run: draw the run of this results JSON again, beside it and as latest.svg")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -59,6 +61,7 @@ func run() int {
 		fmt.Println("drawn:", p)
 		return 0
 	}
+	cfg.NoRelay = !*relayPeer
 	var err error
 	if cfg.Bulk, err = bench.ParseSize(bulk); err != nil {
 		fmt.Fprintln(os.Stderr, "meshtun-bench:", err)
