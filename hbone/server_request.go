@@ -18,13 +18,20 @@ type Request struct {
 	st     *ServerStream
 	srv    *Server
 	target netip.AddrPort
+	name   string // a hostname:port :authority (ServerOptions.NameAuthorities)
 	header http.Header
 	peerID string
 	remote net.Addr
 }
 
-// Target is the parsed :authority: where the client wants to go.
+// Target is the parsed :authority: where the client wants to go. It is
+// the zero value when the :authority is a hostname (TargetName).
 func (r *Request) Target() netip.AddrPort { return r.target }
+
+// TargetName is the :authority when it is "hostname:port", the form
+// ztunnel sends through a network gateway, accepted only with
+// ServerOptions.NameAuthorities; "" when it is ip:port (Target).
+func (r *Request) TargetName() string { return r.name }
 
 // PeerIdentity is the client's SPIFFE ID, from its verified certificate.
 func (r *Request) PeerIdentity() string { return r.peerID }
@@ -121,10 +128,14 @@ func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 	}
 	status := http.StatusRequestHeaderFieldsTooLarge
 	var target netip.AddrPort
+	var name string
 	var header http.Header
 	var err error
 	if !f.Truncated {
 		target, header, err = srvParseRequest(f.Fields)
+		if ne := (*srvNameAuthority)(nil); errors.As(err, &ne) && c.srv.opts.NameAuthorities {
+			name, err = ne.authority, nil
+		}
 		status = http.StatusBadRequest
 	}
 	if f.Truncated || err != nil {
@@ -145,6 +156,7 @@ func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 		st:     st,
 		srv:    c.srv,
 		target: target,
+		name:   name,
 		header: header,
 		peerID: PeerIdentity(c.tls.ConnectionState()),
 		remote: c.tls.RemoteAddr(),
@@ -210,7 +222,20 @@ func srvParseRequest(fields []hpack.HeaderField) (netip.AddrPort, http.Header, e
 	}
 	target, err := srvParseAuthority(authority)
 	if err != nil {
+		if _, _, nerr := ParseNameAuthority(authority); nerr == nil {
+			return netip.AddrPort{}, header, &srvNameAuthority{authority, err}
+		}
 		return netip.AddrPort{}, nil, err
 	}
 	return target, header, nil
 }
+
+// srvNameAuthority is srvParseRequest's refusal of a valid request whose
+// :authority is hostname:port: the server takes it with
+// ServerOptions.NameAuthorities, and refuses it otherwise.
+type srvNameAuthority struct {
+	authority string
+	err       error
+}
+
+func (e *srvNameAuthority) Error() string { return e.err.Error() }
