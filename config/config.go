@@ -56,8 +56,9 @@ type Config struct {
 	Policies  []Policy   `toml:"policies" reload:"apply"`
 
 	// Network is this node's network in the mesh (its own workload's,
-	// from istiod); "" off the mesh. Workloads of another network are not
-	// routed to (no double HBONE yet).
+	// from istiod); "" off the mesh. Workloads of another network are
+	// reached through their network's gateway (Workload.NetworkGateway),
+	// or not at all.
 	Network string `toml:"-"`
 	// Self is this node's own workload as istiod describes it (its
 	// namespace and service account ours, an address among INSTANCE_IPS);
@@ -370,6 +371,12 @@ type Workload struct {
 	Network string `toml:"-"`
 	// Waypoint, if set, receives every flow addressed to the workload.
 	Waypoint *Waypoint `toml:"-"`
+	// NetworkGateway, for a workload of another network, is that
+	// network's east-west gateway (WDS network_gateway, resolved as a
+	// waypoint is: its instances' HBONE addresses and identities, its
+	// service's subject_alt_names): flows to the workload go through it
+	// as double HBONE. Nil in another network: refused by routing.
+	NetworkGateway *Waypoint `toml:"-"`
 	// Unhealthy workloads are kept but are no service's endpoint.
 	Unhealthy bool `toml:"-"`
 	// What Istio's metrics label the workload with: its workload name

@@ -385,6 +385,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			Source:               g.certs(),
 			TrustDomain:          g.cfg.Gateway.TrustDomain,
 			Handler:              g.handleInbound,
+			NameAuthorities:      true, // through a network gateway (inbound.go)
 			MaxConcurrentStreams: uint32(g.cfg.HBONE.MaxInboundStreamsPerConn),
 			MaxConns:             g.cfg.HBONE.MaxInboundConns,
 			HandshakeTimeout:     g.cfg.HBONE.HandshakeTimeout.Duration,

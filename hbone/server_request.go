@@ -22,6 +22,7 @@ type Request struct {
 	header http.Header
 	peerID string
 	remote net.Addr
+	local  net.Addr
 }
 
 // Target is the parsed :authority: where the client wants to go. It is
@@ -42,6 +43,11 @@ func (r *Request) Header() http.Header { return r.header }
 
 // RemoteAddr is the TCP address of the HBONE connection's peer.
 func (r *Request) RemoteAddr() net.Addr { return r.remote }
+
+// LocalAddr is the TCP address the HBONE connection arrived at: for a
+// hostname:port target (TargetName), the address of the destination
+// the client's side chose, as ztunnel's inbound takes it.
+func (r *Request) LocalAddr() net.Addr { return r.local }
 
 // Context is done when the stream or its connection ends (and when the
 // server closes): a handler dialling the target should give up then.
@@ -160,6 +166,7 @@ func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 		header: header,
 		peerID: PeerIdentity(c.tls.ConnectionState()),
 		remote: c.tls.RemoteAddr(),
+		local:  c.tls.LocalAddr(),
 	}
 	c.handlers++
 	c.wg.Add(1)

@@ -386,3 +386,61 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// A workload of another network gets that network's gateway, resolved
+// as ztunnel's fetch_network_gateway: by address, the workload there; by
+// hostname, the gateway service's endpoints in that network at its
+// hbone_mtls_port, with its subject_alt_names. A workload of ours keeps
+// none.
+func TestConvertNetworkGateway(t *testing.T) {
+	ewSvc := "istio-system/istio-eastwestgateway.istio-system.svc.cluster.local"
+	byHost := &workloadapi.GatewayAddress{HboneMtlsPort: 15009, Destination: &workloadapi.GatewayAddress_Hostname{
+		Hostname: &workloadapi.NamespacedHostname{Namespace: "istio-system", Hostname: "istio-eastwestgateway.istio-system.svc.cluster.local"}}}
+	byAddr := &workloadapi.GatewayAddress{HboneMtlsPort: 15008, Destination: &workloadapi.GatewayAddress_Address{
+		Address: &workloadapi.NetworkAddress{Network: "net-2", Address: ip("203.0.113.10")}}}
+	snap := meshSnapshot()
+	snap.Addresses["ew-pod"] = wlAddr(&workloadapi.Workload{Uid: "ew-pod", Name: "ew-1", Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway",
+		Addresses: [][]byte{ip("203.0.113.10")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2",
+		Services: map[string]*workloadapi.PortList{ewSvc: ports(15008, 15008)}})
+	snap.Addresses["ew-svc"] = svcAddr(&workloadapi.Service{Name: "istio-eastwestgateway", Namespace: "istio-system",
+		Hostname: "istio-eastwestgateway.istio-system.svc.cluster.local", SubjectAltNames: []string{"spiffe://cluster.local/ns/istio-system/sa/ew-alt"},
+		Ports: []*workloadapi.Port{{ServicePort: 15008, TargetPort: 15008}}})
+	snap.Addresses["remote-h"] = wlAddr(&workloadapi.Workload{Uid: "remote-h", Name: "remote-h", Namespace: "default",
+		Addresses: [][]byte{ip("10.9.0.5")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2", NetworkGateway: byHost})
+	snap.Addresses["remote-a"] = wlAddr(&workloadapi.Workload{Uid: "remote-a", Name: "remote-a", Namespace: "default",
+		Addresses: [][]byte{ip("10.9.0.6")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2", NetworkGateway: byAddr})
+	snap.Addresses["ours"] = wlAddr(&workloadapi.Workload{Uid: "ours", Name: "ours", Namespace: "default",
+		Addresses: [][]byte{ip("10.1.0.9")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-1", NetworkGateway: byAddr})
+	st := Convert(snap, convNode)
+	wl := func(name string) *config.Workload {
+		w := find(st.Workloads, func(w config.Workload) string { return w.Name }, name)
+		if w == nil {
+			t.Fatalf("workload %s missing", name)
+		}
+		return w
+	}
+	ewID := "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"
+	if got, want := wl("remote-h").NetworkGateway, (&config.Waypoint{Name: ewSvc,
+		Endpoints:       []config.WaypointEndpoint{{Address: netip.MustParseAddrPort("203.0.113.10:15009"), Identity: ewID}},
+		SubjectAltNames: []string{"spiffe://cluster.local/ns/istio-system/sa/ew-alt"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("by hostname: NetworkGateway = %+v, want %+v", got, want)
+	}
+	if got, want := wl("remote-a").NetworkGateway, (&config.Waypoint{Name: "203.0.113.10",
+		Endpoints: []config.WaypointEndpoint{{Address: netip.MustParseAddrPort("203.0.113.10:15008"), Identity: ewID}}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("by address: NetworkGateway = %+v, want %+v", got, want)
+	}
+	if got := wl("ours").NetworkGateway; got != nil {
+		t.Errorf("a workload of our network got a network gateway: %+v", got)
+	}
+	// The gateway's pod goes away: its users are emitted again, without
+	// instances (flows to them are then refused with the reason).
+	tr := NewTracker(convNode)
+	tr.Apply(Delta{Addresses: snap.Addresses, Authorizations: snap.Authorizations})
+	ch := tr.Apply(Delta{RemovedAddresses: []string{"ew-pod"}})
+	for _, res := range []string{"remote-h", "remote-a"} {
+		w, ok := ch.Workloads[res]
+		if !ok || w == nil || w.NetworkGateway == nil || len(w.NetworkGateway.Endpoints) != 0 {
+			t.Errorf("after the gateway's pod left, %s: emitted %v, %+v; want it again with a gateway of no instance", res, ok, w)
+		}
+	}
+}

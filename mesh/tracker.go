@@ -83,7 +83,8 @@ type trackedWorkload struct {
 	cfg      config.Workload
 	services []memberOf // the services it names
 	waypoint *workloadapi.GatewayAddress
-	authz    []string // the policies selecting it
+	netGW    *workloadapi.GatewayAddress // its network's gateway (network_gateway)
+	authz    []string                    // the policies selecting it
 	kept     bool
 }
 
@@ -286,6 +287,7 @@ func (t *Tracker) removeAddress(name string) {
 			t.setMember(w, false)
 		}
 		t.unwatch(w.waypoint, "w"+name)
+		t.unwatch(w.netGW, "g"+name)
 		return
 	}
 	if s := t.svcs[name]; s != nil {
@@ -358,7 +360,7 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 	}
 	t.strs.workload(&c, len(t.wls))
 	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c, waypoint: msg.GetWaypoint(),
-		authz: msg.GetAuthorizationPolicies()}
+		netGW: msg.GetNetworkGateway(), authz: msg.GetAuthorizationPolicies()}
 	for svc, pl := range msg.GetServices() {
 		w.services = append(w.services, memberOf{svc, t.portsOf(pl)})
 	}
@@ -379,6 +381,7 @@ func (t *Tracker) claimWorkload(w *trackedWorkload) {
 	}
 	t.nameClaims[w.key] = t.claim(t.nameClaims[w.key], w)
 	t.watch(w.waypoint, "w"+w.res)
+	t.watch(w.netGW, "g"+w.res) // "g": a user of the target as its network gateway
 }
 
 func (t *Tracker) claim(list []*trackedWorkload, w *trackedWorkload) []*trackedWorkload {
@@ -572,7 +575,7 @@ func (t *Tracker) propagate() {
 	}
 	for target := range t.dirtyWP {
 		for user := range t.wpUsers[target] {
-			if user[0] == 'w' {
+			if user[0] == 'w' || user[0] == 'g' {
 				t.dirtyW[user[1:]] = true
 			} else {
 				t.dirtyS[user[1:]] = true
@@ -617,9 +620,12 @@ func (t *Tracker) emit(ch Changes) Changes {
 		var next *config.Workload
 		if w := t.wls[res]; w != nil && w.kept {
 			next = &w.cfg // never changed once converted: shared with the emitted entry
-			if w.waypoint != nil {
+			if w.waypoint != nil || w.netGW != nil && w.cfg.Network != t.network {
 				c := w.cfg
 				c.Waypoint = t.resolveWaypoint(w.waypoint)
+				if w.cfg.Network != t.network {
+					c.NetworkGateway = t.resolveGateway(w.netGW, w.cfg.Network)
+				}
 				next = &c
 			}
 		}
@@ -702,6 +708,15 @@ func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 
 // resolveWaypoint resolves a GatewayAddress to the waypoint's instances.
 func (t *Tracker) resolveWaypoint(gw *workloadapi.GatewayAddress) *config.Waypoint {
+	return t.resolveGateway(gw, t.network)
+}
+
+// resolveGateway resolves a GatewayAddress to its instances: a workload
+// at its address, or the endpoints in network of a service by hostname
+// or (our network's) VIP. It resolves a waypoint (our network) and a
+// network gateway of another network (ztunnel's fetch_network_gateway),
+// whose instances are in that network.
+func (t *Tracker) resolveGateway(gw *workloadapi.GatewayAddress, network string) *config.Waypoint {
 	if gw == nil {
 		return nil
 	}
@@ -736,7 +751,7 @@ func (t *Tracker) resolveWaypoint(gw *workloadapi.GatewayAddress) *config.Waypoi
 	wp.SubjectAltNames = slices.Clone(svc.msg.GetSubjectAltNames())
 	var eps []*trackedWorkload
 	for _, m := range t.members[svc.key] {
-		if !m.cfg.Unhealthy && m.cfg.Network == t.network {
+		if !m.cfg.Unhealthy && m.cfg.Network == network {
 			eps = append(eps, m)
 		}
 	}

@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshtun/meshtun/config"
+	"github.com/meshtun/meshtun/hbone"
+	"github.com/meshtun/meshtun/hbone/devca"
+)
+
+// Cross-network flows (double HBONE): gateway A (net-1) reaches a
+// workload of net-2 behind gateway B through net-2's east-west gateway,
+// a test server built from hbone.Server that terminates only the outer
+// CONNECT and relays the inner connection as bytes.
+
+const (
+	ewID       = "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"
+	xnetHost   = "web.default.svc.cluster.local"
+	xnetVIP    = "10.96.0.50"
+	xnetSecret = "bytes only the destination may read, never the east-west gateway"
+)
+
+// ewGateway is net-2's east-west gateway.
+type ewGateway struct {
+	addr   netip.AddrPort
+	dest   netip.AddrPort // where it sends every outer CONNECT
+	seen   chan *hbone.Request
+	mu     sync.Mutex
+	bytes  bytes.Buffer
+	resetN int // reset this many outer streams right after their 200
+}
+
+func newEWGateway(t *testing.T, dir string, dest netip.AddrPort) *ewGateway {
+	t.Helper()
+	ca, _, err := devca.LoadOrCreate(dir, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.KeyPair(ewID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew := &ewGateway{dest: dest, seen: make(chan *hbone.Request, 16)}
+	srv, err := hbone.NewServer(hbone.ServerOptions{
+		Certificate: cert, Roots: ca.Pool(), TrustDomain: "cluster.local",
+		Handler: ew.serve, NameAuthorities: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew.addr = ln.Addr().(*net.TCPAddr).AddrPort()
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	t.Cleanup(func() { srv.Close(); <-served })
+	return ew
+}
+
+func (ew *ewGateway) Write(p []byte) (int, error) {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	return ew.bytes.Write(p)
+}
+
+func (ew *ewGateway) relayed() string {
+	ew.mu.Lock()
+	defer ew.mu.Unlock()
+	return ew.bytes.String()
+}
+
+func (ew *ewGateway) serve(r *hbone.Request) {
+	ew.seen <- r
+	tc, err := net.DialTimeout("tcp", ew.dest.String(), 10*time.Second)
+	if err != nil {
+		r.Reject(http.StatusServiceUnavailable)
+		return
+	}
+	defer tc.Close()
+	st, err := r.Accept()
+	if err != nil {
+		return
+	}
+	defer st.Close()
+	ew.mu.Lock()
+	reset := ew.resetN > 0
+	ew.resetN--
+	ew.mu.Unlock()
+	if reset {
+		st.Reset()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.Copy(io.MultiWriter(tc, ew), st)
+		tc.(*net.TCPConn).CloseWrite()
+	}()
+	if _, err := io.Copy(io.MultiWriter(st, ew), tc); err != nil {
+		st.Reset()
+	} else {
+		st.CloseWrite()
+	}
+	<-done
+}
+
+// xnetEnv: B serves service web (xnetHost at xnetVIP:80 → the echo) in
+// net-2; A in net-1 knows web and B's workload from the mesh, with net-2's
+// gateway.
+type xnetEnv struct {
+	*outboundEnv
+	ew     *ewGateway
+	target netip.AddrPort // the echo, B's workload
+}
+
+func newXnetEnv(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.AddrPort) *xnetEnv {
+	t.Helper()
+	target := echo(t)
+	tail := fmt.Sprintf(`
+[[workloads]]
+name = "server"
+namespace = "default"
+addresses = ["127.0.0.1"]
+[[services]]
+name = "web"
+namespace = "default"
+hostname = %q
+vips = [%q]
+ports = { 80 = %d }
+endpoints = ["default/server"]
+`, xnetHost, xnetVIP, target.Port())
+	x := &xnetEnv{target: target}
+	x.outboundEnv = newOutboundEnvWith(t, tail, func(cfg *config.Config) {
+		cfg.Network = "net-1"
+		addr := x.ew.addr
+		if gwAddr != nil {
+			addr = gwAddr(x.ew)
+		}
+		cfg.Workloads = append(cfg.Workloads, config.Workload{
+			Name: "server", Namespace: "default", ServiceAccount: "server", Protocol: "HBONE", Source: config.SourceXDS,
+			Network: "net-2", Addresses: []netip.Addr{target.Addr()}, HBONEAddress: x.reloadEnvAddr(), Identity: serverID,
+			NetworkGateway: &config.Waypoint{Name: "istio-system/istio-eastwestgateway.istio-system.svc.cluster.local",
+				Endpoints: []config.WaypointEndpoint{{Address: addr, Identity: ewID}}},
+		})
+		cfg.Services = append(cfg.Services, config.Service{
+			Name: "web", Namespace: "default", Hostname: xnetHost, Source: config.SourceXDS,
+			VIPs: []netip.Addr{netip.MustParseAddr(xnetVIP)}, Ports: map[uint16]uint16{80: target.Port()},
+			Endpoints: []string{"default/server"},
+		})
+	}, func(e *outboundEnv) { x.ew = newEWGateway(t, e.dir, e.addr) })
+	return x
+}
+
+func (x *xnetEnv) reloadEnvAddr() netip.AddrPort { return x.ew.dest }
+
+// flow runs one flow from the app to dst through A and returns the echo.
+func (x *xnetEnv) flow(t *testing.T, dst netip.AddrPort) (*fakeRequest, string, error) {
+	t.Helper()
+	r := newFakeRequest(t, dst)
+	x.a.serveOutbound(r)
+	if acc, _ := r.decisions(); acc != 1 {
+		return r, "", fmt.Errorf("flow refused")
+	}
+	r.app.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(r.app, xnetSecret); err != nil {
+		return r, "", err
+	}
+	r.app.CloseWrite()
+	back, err := io.ReadAll(r.app)
+	return r, string(back), err
+}
+
+func TestCrossNetworkService(t *testing.T) {
+	x := newXnetEnv(t, reloadServerID, nil)
+	vip := netip.AddrPortFrom(netip.MustParseAddr(xnetVIP), 80)
+	_, back, err := x.flow(t, vip)
+	if err != nil || back != xnetSecret {
+		t.Fatalf("echo %q, %v; want it back through both layers and a clean end", back, err)
+	}
+	outer := <-x.ew.seen
+	if got := outer.TargetName(); got != xnetHost+":80" {
+		t.Errorf("the east-west gateway got :authority %q, want %s:80 (ztunnel's hostname and service port)", got, xnetHost)
+	}
+	if got := outer.PeerIdentity(); got != reloadClientID {
+		t.Errorf("outer CONNECT from %q, want A's %s", got, reloadClientID)
+	}
+	if strings.Contains(x.ew.relayed(), xnetSecret) || x.ew.relayed() == "" {
+		t.Errorf("the east-west gateway relayed %d bytes and must see the inner connection only as ciphertext", len(x.ew.relayed()))
+	}
+	a := accessLine(t, x.aLogs, netip.AddrPortFrom(x.target.Addr(), x.target.Port()))
+	wantIn(t, a, "[INFO]", "direction=outbound", "response_flags=-", "dst.hbone_addr="+x.ew.addr.String(),
+		"dst.identity="+reloadServerID, "dst.service=default/web")
+	// B names the real source, from the inner TLS and the forwarded
+	// header, not the east-west gateway.
+	b := accessLine(t, x.logs, x.target)
+	wantIn(t, b, "[INFO]", "direction=inbound", "response_flags=-", "src.addr=10.0.0.7:41000",
+		"src.identity="+reloadClientID, fmt.Sprintf("bytes_sent=%d", len(xnetSecret)))
+	if strings.Contains(b, ewID) {
+		t.Errorf("B's access log names the east-west gateway: %s", b)
+	}
+	// A second flow shares the outer connection to the gateway.
+	if _, back, err := x.flow(t, vip); err != nil || back != xnetSecret {
+		t.Fatalf("second flow: %q, %v", back, err)
+	}
+	<-x.ew.seen
+	if st := x.a.pool.Stats(); st.ConnsOpened != 1 {
+		t.Errorf("A's pool opened %d connections, want 1 to the gateway for both flows", st.ConnsOpened)
+	}
+}
+
+func TestCrossNetworkWorkloadByAddress(t *testing.T) {
+	x := newXnetEnv(t, reloadServerID, nil)
+	_, back, err := x.flow(t, x.target)
+	if err != nil || back != xnetSecret {
+		t.Fatalf("echo %q, %v", back, err)
+	}
+	if got := (<-x.ew.seen).Target(); got != x.target {
+		t.Errorf("the east-west gateway got :authority %v, want the workload's %v", got, x.target)
+	}
+}
+
+func TestCrossNetworkWrongInnerIdentity(t *testing.T) {
+	x := newXnetEnv(t, "spiffe://cluster.local/ns/default/sa/not-the-server", nil)
+	vip := netip.AddrPortFrom(netip.MustParseAddr(xnetVIP), 80)
+	r, _, err := x.flow(t, vip)
+	if err == nil {
+		t.Fatal("the flow was accepted though the destination's identity is wrong")
+	}
+	if acc, rej := r.decisions(); acc != 0 || rej != 1 {
+		t.Errorf("%d accepts, %d rejects; want a RST before any accept", acc, rej)
+	}
+	a := accessLine(t, x.aLogs, x.target)
+	wantIn(t, a, "[WARN]", "response_flags=CONNECT", "network gateway", "peer identity is not one of the expected")
+	if lines := x.logs.lines("connection complete"); len(lines) != 0 {
+		t.Errorf("B logged %d flows, want none: nothing is forwarded past a wrong identity: %q", len(lines), lines)
+	}
+}
+
+func TestCrossNetworkGatewayDown(t *testing.T) {
+	var down netip.AddrPort
+	x := newXnetEnv(t, reloadServerID, func(*ewGateway) netip.AddrPort {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		down = ln.Addr().(*net.TCPAddr).AddrPort()
+		ln.Close()
+		return down
+	})
+	r, _, err := x.flow(t, x.target)
+	if err == nil {
+		t.Fatal("accepted through a gateway that is down")
+	}
+	if _, rej := r.decisions(); rej != 1 {
+		t.Error("not refused with a RST")
+	}
+	a := accessLine(t, x.aLogs, x.target)
+	wantIn(t, a, "[WARN]", "response_flags=CONNECT", "network gateway "+down.String(), "dst.hbone_addr="+down.String())
+}
+
+func TestCrossNetworkGatewayResets(t *testing.T) {
+	x := newXnetEnv(t, reloadServerID, nil)
+	x.ew.resetN = 1
+	r, _, err := x.flow(t, x.target)
+	if err == nil {
+		t.Fatal("accepted though the gateway reset the outer stream after its 200")
+	}
+	if _, rej := r.decisions(); rej != 1 {
+		t.Error("not refused with a RST")
+	}
+	<-x.ew.seen
+	// The next flow gets through: the gateway's connection is fine.
+	if _, back, err := x.flow(t, x.target); err != nil || back != xnetSecret {
+		t.Fatalf("after the reset: %q, %v", back, err)
+	}
+}
