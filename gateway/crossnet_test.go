@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -125,9 +126,14 @@ type xnetEnv struct {
 }
 
 func newXnetEnv(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.AddrPort) *xnetEnv {
+	return newXnetEnvWith(t, serverID, gwAddr, "")
+}
+
+// newXnetEnvWith is newXnetEnv with more of B's config (TOML).
+func newXnetEnvWith(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.AddrPort, moreB string) *xnetEnv {
 	t.Helper()
 	target := echo(t)
-	tail := fmt.Sprintf(`
+	tail := moreB + fmt.Sprintf(`
 [[workloads]]
 name = "server"
 namespace = "default"
@@ -283,5 +289,46 @@ func TestCrossNetworkGatewayResets(t *testing.T) {
 	// The next flow gets through: the gateway's connection is fine.
 	if _, back, err := x.flow(t, x.target); err != nil || back != xnetSecret {
 		t.Fatalf("after the reset: %q, %v", back, err)
+	}
+}
+
+// Through a gateway, B's metrics describe the source by its baggage,
+// never by a workload of B's own network that happens to have the
+// forwarded address (ztunnel's from_gateway); a direct flow from that
+// address is described by that workload.
+func TestCrossNetworkInboundSourceLabels(t *testing.T) {
+	x := newXnetEnvWith(t, reloadServerID, nil, `
+[[workloads]]
+name = "impostor"
+namespace = "default"
+addresses = ["10.0.0.7"]
+`)
+	vip := netip.AddrPortFrom(netip.MustParseAddr(xnetVIP), 80)
+	if _, back, err := x.flow(t, vip); err != nil || back != xnetSecret {
+		t.Fatalf("echo %q, %v", back, err)
+	}
+	accessLine(t, x.logs, x.target)
+	s, err := x.pool.Connect(t.Context(), hbone.ConnectRequest{Address: x.addr, Authority: x.target,
+		Identities: []string{reloadServerID}, Source: netip.MustParseAddrPort("10.0.0.7:42000")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.CloseWrite()
+	io.ReadAll(s)
+	s.Close()
+	srv := httptest.NewServer(x.g.metricsHandler())
+	defer srv.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		samples := scrape(t, srv.URL, "/metrics")
+		through, _ := find(t, samples, "istio_tcp_connections_opened_total", map[string]string{"reporter": "destination", "source_workload": "node-a"})
+		direct, _ := find(t, samples, "istio_tcp_connections_opened_total", map[string]string{"reporter": "destination", "source_workload": "impostor"})
+		if through == 1 && direct == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B counted %v flows from node-a (want 1, the one through the gateway) and %v from impostor (want 1, the direct one)", through, direct)
+		}
+		time.Sleep(10 * time.Millisecond) // polling counters for a bounded time
 	}
 }
