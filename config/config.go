@@ -51,6 +51,7 @@ type Config struct {
 	Admin     Admin      `toml:"admin"`
 	DNS       DNS        `toml:"dns"`
 	Peers     []Peer     `toml:"peers" reload:"apply"`
+	Networks  []Network  `toml:"networks" reload:"apply"`
 	Workloads []Workload `toml:"workloads" reload:"apply"`
 	Services  []Service  `toml:"services" reload:"apply"`
 	Policies  []Policy   `toml:"policies" reload:"apply"`
@@ -348,6 +349,16 @@ type Peer struct {
 	Identity string         `toml:"identity,required"` // SPIFFE ID the peer must present
 }
 
+// Network is one [[networks]] entry: another network and its east-west
+// gateway, for a mesh without istiod (istiod says the same with each
+// workload's network_gateway). A [[workloads]] entry whose network names
+// it is reached through the gateway as double HBONE.
+type Network struct {
+	Name     string         `toml:"name,required"`
+	Gateway  netip.AddrPort `toml:"gateway,required"`  // the gateway's HBONE ip:port
+	Identity string         `toml:"identity,required"` // SPIFFE ID the gateway must present
+}
+
 // Workload is one [[workloads]] entry, as in ztunnel's local config.
 type Workload struct {
 	Name      string `toml:"name,required"`
@@ -364,11 +375,14 @@ type Workload struct {
 	// Overrides the identity derived from namespace and service account.
 	Identity string `toml:"identity,derived"`
 
+	// Network is the workload's network: "" (a file's workload) or
+	// Config.Network is this node's; another is reached through its
+	// network's gateway (a file's: the [[networks]] entry of that name;
+	// the mesh's: NetworkGateway), or refused by routing.
+	Network string `toml:"network"`
+
 	// From the mesh only (see Source).
 	//
-	// Network is the workload's network; one other than Config.Network
-	// is refused by routing.
-	Network string `toml:"-"`
 	// Waypoint, if set, receives every flow addressed to the workload.
 	Waypoint *Waypoint `toml:"-"`
 	// NetworkGateway, for a workload of another network, is that

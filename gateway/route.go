@@ -171,7 +171,8 @@ type workloadRoute struct {
 	identity  string
 	addresses []netip.Addr     // w's, unmapped
 	network   string           // set for a workload of another network than ours
-	gateway   *config.Waypoint // network's gateway, with instances (network set only)
+	named     *config.Waypoint // network's gateway as named (network set only)
+	gateway   *config.Waypoint // named, when it has instances and w speaks HBONE
 	w         *config.Workload
 }
 
@@ -243,13 +244,17 @@ func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
 		identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
 		w:        w, // never changed once in force: shared, not copied
 	}
-	// The file's workloads carry no network: they are ours.
-	if w.Source == config.SourceXDS && w.Network != cfg.Network {
-		wr.network = w.Network
-		// A protocol TCP workload has nothing to end the inner HBONE.
-		if gw := w.NetworkGateway; gw != nil && len(gw.Endpoints) > 0 && !wr.direct {
-			wr.gateway = gw
-		}
+	// A file's workload without a network is ours; the mesh's are in
+	// the network istiod says.
+	switch {
+	case w.Source == config.SourceXDS && w.Network != cfg.Network:
+		wr.network, wr.named = w.Network, w.NetworkGateway
+	case w.Source != config.SourceXDS && w.Network != "" && w.Network != cfg.Network:
+		wr.network, wr.named = w.Network, fileGateway(cfg, w.Network)
+	}
+	// A protocol TCP workload has nothing to end the inner HBONE.
+	if gw := wr.named; gw != nil && len(gw.Endpoints) > 0 && !wr.direct {
+		wr.gateway = gw
 	}
 	wr.addresses = w.Addresses // the mesh's are unmapped: shared
 	if slices.ContainsFunc(w.Addresses, netip.Addr.Is4In6) {
@@ -325,7 +330,7 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	if ok {
 		plan.Via = "workload " + w.name
 		if w.network != "" && w.gateway == nil {
-			return r.otherNetwork(plan, "workload "+w.name, w.w)
+			return r.otherNetwork(plan, "workload "+w.name, w.network, w.named, w.direct)
 		}
 		if w.w.Waypoint != nil && w.gateway == nil {
 			return waypointRoute(plan, w.w.Waypoint, pick)
@@ -345,23 +350,36 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	return plan
 }
 
-// otherNetwork denies plan: its destination what is in w's network,
-// which has no usable gateway.
-func (r *Router) otherNetwork(plan Plan, what string, w *config.Workload) Plan {
-	plan.OtherNetwork = w.Network
+// otherNetwork denies plan: its destination what is in network, whose
+// gateway gw (nil: none) has no instance, or cannot carry a direct
+// (protocol TCP) destination.
+func (r *Router) otherNetwork(plan Plan, what, network string, gw *config.Waypoint, direct bool) Plan {
+	plan.OtherNetwork = network
 	ours := r.network
 	if ours == "" {
 		ours = `""`
 	}
 	why := "which has no network gateway"
-	switch gw := w.NetworkGateway; {
-	case gw != nil && len(gw.Endpoints) > 0 && strings.EqualFold(w.Protocol, "TCP"):
+	switch {
+	case gw != nil && len(gw.Endpoints) > 0 && direct:
 		why = fmt.Sprintf("and speaks plain TCP: nothing behind network gateway %s would end the inner HBONE", gw.Name)
 	case gw != nil:
 		why = fmt.Sprintf("whose network gateway %s is not known (or has no instance)", gw.Name)
 	}
-	plan.Reason = fmt.Sprintf("%s is in network %q, not this node's (%s), %s: crossing networks (double HBONE) needs one", what, w.Network, ours, why)
+	plan.Reason = fmt.Sprintf("%s is in network %q, not this node's (%s), %s: crossing networks (double HBONE) needs one", what, network, ours, why)
 	return plan
+}
+
+// fileGateway is the gateway of network as cfg's [[networks]] declares
+// it, or nil.
+func fileGateway(cfg *config.Config, network string) *config.Waypoint {
+	for _, n := range cfg.Networks {
+		if n.Name == network {
+			return &config.Waypoint{Name: n.Gateway.String(),
+				Endpoints: []config.WaypointEndpoint{{Address: n.Gateway, Identity: n.Identity}}}
+		}
+	}
+	return nil
 }
 
 // viaGateway completes plan, routed to w of another network, with w's
@@ -436,7 +454,7 @@ func (s *serviceRoute) route(plan Plan, pick Pick, r *Router) Plan {
 	plan.Endpoints = n
 	if n == 0 {
 		if net, ok := s.remote[plan.Dst.Port()]; ok {
-			return r.otherNetwork(plan, "every endpoint of service "+s.name, &config.Workload{Network: net})
+			return r.otherNetwork(plan, "every endpoint of service "+s.name, net, nil, false)
 		}
 		plan.Reason = fmt.Sprintf("service %s has no endpoints for port %d", s.name, plan.Dst.Port())
 		return plan

@@ -388,3 +388,53 @@ func TestRouteCrossNetwork(t *testing.T) {
 		})
 	}
 }
+
+// The file form: a [[networks]] entry and a workload that names it are
+// routed as the mesh's would be; a network the file does not declare is
+// refused by Validate.
+func TestRouteFileNetworks(t *testing.T) {
+	text := `version = 1
+[gateway]
+name = "vm-1"
+[tls]
+cert = "c.pem"
+key = "k.pem"
+trust_bundle = "ca.pem"
+[[networks]]
+name = "cluster-net"
+gateway = "203.0.113.10:15008"
+identity = "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"
+[[workloads]]
+name = "db"
+namespace = "data"
+addresses = ["10.244.7.5"]
+network = "cluster-net"
+[[workloads]]
+name = "local"
+namespace = "data"
+addresses = ["10.0.0.5"]
+[[services]]
+name = "db"
+namespace = "data"
+hostname = "db.data.svc.cluster.local"
+vips = ["10.96.7.1"]
+ports = { 5432 = 5432 }
+endpoints = ["data/db"]
+`
+	cfg, err := config.Parse([]byte(text), "networks.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ExplainConfig(cfg, netip.MustParseAddrPort("10.96.7.1:5432"), 0)
+	want := `10.96.7.1:5432 via service data/db, endpoint data/db (1 of 1): double HBONE: outer CONNECT db.data.svc.cluster.local:5432 at network gateway 203.0.113.10:15008 of network "cluster-net" (1 of 1) at 203.0.113.10:15008, expecting spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway; inner CONNECT db.data.svc.cluster.local:5432 to 10.244.7.5:5432 (10.244.7.5:15008), expecting spiffe://cluster.local/ns/data/sa/default`
+	if got := a.Plan.String(); got != want {
+		t.Errorf("plan\n got %s\nwant %s", got, want)
+	}
+	if p := ExplainConfig(cfg, netip.MustParseAddrPort("10.0.0.5:22"), 0); p.Gateway != nil || p.Kind != HBONE {
+		t.Errorf("a workload without a network is ours: %s", p.Plan)
+	}
+	bad := strings.Replace(text, `network = "cluster-net"`, `network = "elsewhere"`, 1)
+	if _, err := config.Parse([]byte(bad), "bad.toml"); err == nil || !strings.Contains(err.Error(), `network "elsewhere" is not declared`) {
+		t.Errorf("Parse of a workload in an undeclared network = %v", err)
+	}
+}
