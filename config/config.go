@@ -99,6 +99,13 @@ type Gateway struct {
 	// the peer forwarded it). 0 is no limit: outbound flows of a node
 	// mostly come from its one address, so a default would cap the node.
 	MaxFlowsPerSource int `toml:"max_flows_per_source" default:"0" reload:"apply"`
+	// EastWest, if set, makes this node its network's east-west gateway
+	// too: a second HBONE listener at this ip:port, where outer CONNECTs
+	// (double HBONE from another network) addressed to a workload or
+	// service of this node's routes are forwarded, their inner connection
+	// as bytes, to the destination's HBONE address. "" is off: a network
+	// needs one such address reachable from the others, not one per node.
+	EastWest string `toml:"east_west"`
 
 	// This node's workload as Istio describes one: sent in the baggage
 	// header of every outbound CONNECT (hbone.Baggage) and the labels of

@@ -217,7 +217,7 @@ func (c *Config) checkTUN(p *problems) {
 func (c *Config) checkListeners(p *problems) {
 	type listener struct{ path, host, port string }
 	var ls []listener
-	for _, addr := range []*string{&c.HBONE.Listen, &c.Admin.Listen, &c.Admin.Metrics, &c.Admin.Readiness} {
+	for _, addr := range []*string{&c.HBONE.Listen, &c.Gateway.EastWest, &c.Admin.Listen, &c.Admin.Metrics, &c.Admin.Readiness} {
 		if *addr == "" {
 			continue // off
 		}

@@ -2,16 +2,22 @@ package gateway
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
@@ -123,6 +129,11 @@ type xnetEnv struct {
 	*outboundEnv
 	ew     *ewGateway
 	target netip.AddrPort // the echo, B's workload
+	// gwAddr and gwID are the east-west gateway A is told of: ew's, or
+	// those mkGateway returned.
+	gwAddr netip.AddrPort
+	gwID   string
+	bAddr  netip.AddrPort // B's HBONE listener
 }
 
 func newXnetEnv(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.AddrPort) *xnetEnv {
@@ -131,6 +142,13 @@ func newXnetEnv(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.Add
 
 // newXnetEnvWith is newXnetEnv with more of B's config (TOML).
 func newXnetEnvWith(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.AddrPort, moreB string) *xnetEnv {
+	return newXnetEnvGateway(t, serverID, gwAddr, moreB, nil)
+}
+
+// newXnetEnvGateway is newXnetEnvWith with net-2's gateway made by
+// mkGateway (B is up; target is the echo), instead of ewGateway.
+func newXnetEnvGateway(t *testing.T, serverID string, gwAddr func(*ewGateway) netip.AddrPort, moreB string,
+	mkGateway func(e *outboundEnv, target netip.AddrPort) (netip.AddrPort, string)) *xnetEnv {
 	t.Helper()
 	target := echo(t)
 	tail := moreB + fmt.Sprintf(`
@@ -149,26 +167,32 @@ endpoints = ["default/server"]
 	x := &xnetEnv{target: target}
 	x.outboundEnv = newOutboundEnvWith(t, tail, func(cfg *config.Config) {
 		cfg.Network = "net-1"
-		addr := x.ew.addr
+		addr := x.gwAddr
 		if gwAddr != nil {
 			addr = gwAddr(x.ew)
 		}
 		cfg.Workloads = append(cfg.Workloads, config.Workload{
 			Name: "server", Namespace: "default", ServiceAccount: "server", Protocol: "HBONE", Source: config.SourceXDS,
-			Network: "net-2", Addresses: []netip.Addr{target.Addr()}, HBONEAddress: x.reloadEnvAddr(), Identity: serverID,
+			Network: "net-2", Addresses: []netip.Addr{target.Addr()}, HBONEAddress: x.bAddr, Identity: serverID,
 			NetworkGateway: &config.Waypoint{Name: "istio-system/istio-eastwestgateway.istio-system.svc.cluster.local",
-				Endpoints: []config.WaypointEndpoint{{Address: addr, Identity: ewID}}},
+				Endpoints: []config.WaypointEndpoint{{Address: addr, Identity: x.gwID}}},
 		})
 		cfg.Services = append(cfg.Services, config.Service{
 			Name: "web", Namespace: "default", Hostname: xnetHost, Source: config.SourceXDS,
 			VIPs: []netip.Addr{netip.MustParseAddr(xnetVIP)}, Ports: map[uint16]uint16{80: target.Port()},
 			Endpoints: []string{"default/server"},
 		})
-	}, func(e *outboundEnv) { x.ew = newEWGateway(t, e.dir, e.addr) })
+	}, func(e *outboundEnv) {
+		x.bAddr = e.addr
+		if mkGateway != nil {
+			x.gwAddr, x.gwID = mkGateway(e, target)
+			return
+		}
+		x.ew = newEWGateway(t, e.dir, e.addr)
+		x.gwAddr, x.gwID = x.ew.addr, ewID
+	})
 	return x
 }
-
-func (x *xnetEnv) reloadEnvAddr() netip.AddrPort { return x.ew.dest }
 
 // flow runs one flow from the app to dst through A and returns the echo.
 func (x *xnetEnv) flow(t *testing.T, dst netip.AddrPort) (*fakeRequest, string, error) {
@@ -330,5 +354,181 @@ addresses = ["10.0.0.7"]
 			t.Fatalf("B counted %v flows from node-a (want 1, the one through the gateway) and %v from impostor (want 1, the direct one)", through, direct)
 		}
 		time.Sleep(10 * time.Millisecond) // polling counters for a bounded time
+	}
+}
+
+// meshtunEastWest is net-2's east-west gateway made of a meshtun gateway
+// (gateway.east_west, eastwest.go): node C knows web and B's workload
+// from its file, in its own network.
+type meshtunEastWest struct {
+	g    *Gateway
+	logs *syncBuffer
+	addr netip.AddrPort
+}
+
+const nodeCID = "spiffe://cluster.local/ns/meshtun/sa/node-c"
+
+func newMeshtunEastWest(t *testing.T, e *outboundEnv, target netip.AddrPort, more string) *meshtunEastWest {
+	t.Helper()
+	ca, _, err := devca.LoadOrCreate(e.dir, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ca.WriteLeaf(e.dir, "node-c", nodeCID); err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprintf(`version = 1
+[gateway]
+name = "node-c"
+[tls]
+cert = "node-c.pem"
+key = "node-c-key.pem"
+trust_bundle = "ca.pem"
+[[workloads]]
+name = "server"
+namespace = "default"
+addresses = ["127.0.0.1"]
+hbone_address = %q
+identity = %q
+[[services]]
+name = "web"
+namespace = "default"
+hostname = %q
+vips = [%q]
+ports = { 80 = %d }
+endpoints = ["default/server"]
+`, e.addr, reloadServerID, xnetHost, xnetVIP, target.Port()) + more
+	path := filepath.Join(e.dir, "gateway-c.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &meshtunEastWest{logs: &syncBuffer{}}
+	log := hclog.New(&hclog.LoggerOptions{Output: io.MultiWriter(m.logs, testWriter{t}), Level: hclog.Info})
+	if m.g, err = New(cfg, log); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := hbone.NewServer(hbone.ServerOptions{Source: m.g.certs(), TrustDomain: "cluster.local",
+		Handler: m.g.EastWestHandler(), NameAuthorities: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.addr = ln.Addr().(*net.TCPAddr).AddrPort()
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	t.Cleanup(func() { srv.Close(); <-served; m.g.flows.wait() })
+	return m
+}
+
+// meshtun as net-2's east-west gateway: A's flows to web and to B's
+// workload go A → C → B, C logs them east-west with the real client and
+// the next hop, and B serves them with A's identity (the inner TLS is
+// end to end).
+func TestEastWestMeshtunGateway(t *testing.T) {
+	var c *meshtunEastWest
+	x := newXnetEnvGateway(t, reloadServerID, nil, "", func(e *outboundEnv, target netip.AddrPort) (netip.AddrPort, string) {
+		c = newMeshtunEastWest(t, e, target, "")
+		return c.addr, nodeCID
+	})
+	vip := netip.AddrPortFrom(netip.MustParseAddr(xnetVIP), 80)
+	for _, dst := range []netip.AddrPort{vip, x.target} {
+		if _, back, err := x.flow(t, dst); err != nil || back != xnetSecret {
+			t.Fatalf("to %s: echo %q, %v", dst, back, err)
+		}
+	}
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if lines = c.logs.lines("connection complete"); len(lines) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("C logged %d flows, want 2: %q", len(lines), lines)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the log for a bounded time
+	}
+	for _, l := range lines {
+		wantIn(t, l, "[INFO]", "direction=east-west", "response_flags=-", "src.addr=10.0.0.7:41000",
+			"src.identity="+reloadClientID, "dst.hbone_addr="+x.bAddr.String(), "dst.identity="+reloadServerID)
+	}
+	if !strings.Contains(lines[0], "dst.service=default/web") {
+		t.Errorf("C's line for the flow to web names no service: %s", lines[0])
+	}
+	for _, l := range x.logs.lines("connection complete") {
+		wantIn(t, l, "src.identity="+reloadClientID, "direction=inbound")
+	}
+}
+
+// C refuses what it must not forward, with 503 before any dial: a
+// service it does not know, a destination behind another gateway, and
+// a plain TCP one.
+func TestEastWestMeshtunRefuses(t *testing.T) {
+	var c *meshtunEastWest
+	x := newXnetEnvGateway(t, reloadServerID, nil, "", func(e *outboundEnv, target netip.AddrPort) (netip.AddrPort, string) {
+		c = newMeshtunEastWest(t, e, target, `
+[[workloads]]
+name = "plain"
+namespace = "default"
+addresses = ["127.0.0.2"]
+protocol = "TCP"
+[[networks]]
+name = "net-3"
+gateway = "127.0.0.1:9"
+identity = "spiffe://cluster.local/ns/istio-system/sa/net-3-gw"
+[[workloads]]
+name = "farther"
+namespace = "default"
+addresses = ["127.0.0.3"]
+network = "net-3"
+`)
+		return c.addr, nodeCID
+	})
+	_ = x
+	for _, tc := range []struct {
+		name, authority string
+		want            string
+	}{
+		{"unknown service", "nope.default.svc.cluster.local:80", "no service nope.default.svc.cluster.local with port 80"},
+		{"plain TCP", "127.0.0.2:22", "speaks plain TCP"},
+		{"behind another gateway", "127.0.0.3:80", "one gateway does not forward to another"},
+		{"no route", "192.0.2.99:80", "no service, workload or peer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := hbone.ConnectRequest{Address: c.addr, Identities: []string{nodeCID}}
+			if ap, err := netip.ParseAddrPort(tc.authority); err == nil {
+				req.Authority = ap
+			} else {
+				req.Authority, req.AuthorityName = netip.MustParseAddrPort("10.0.0.1:80"), tc.authority
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := x.pool.Connect(ctx, req)
+			var se *hbone.StatusError
+			if !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable {
+				t.Fatalf("Connect = %v, want 503", err)
+			}
+			var line string
+			deadline := time.Now().Add(10 * time.Second)
+			for line == "" {
+				for _, l := range c.logs.lines("connection complete") {
+					if strings.Contains(l, tc.want) {
+						line = l
+					}
+				}
+				if line == "" {
+					if time.Now().After(deadline) {
+						t.Fatalf("C logged no refusal saying %q: %q", tc.want, c.logs.lines("connection complete"))
+					}
+					time.Sleep(10 * time.Millisecond) // polling the log for a bounded time
+				}
+			}
+			wantIn(t, line, "[WARN]", "direction=east-west", "response_flags=NO_ROUTE")
+		})
 	}
 }

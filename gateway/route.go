@@ -528,25 +528,11 @@ func (w *workloadRoute) addressLike(like netip.Addr) (netip.Addr, bool) {
 // service maps it to on its endpoint at local, else its own target
 // port. vips are host's addresses, as the DNS zone has them.
 func (r *Router) nameTarget(host string, port uint16, vips []netip.Addr, local netip.Addr) (uint16, error) {
-	var s *serviceRoute
-	for _, vip := range vips {
-		cands := r.mesh.servicesAt(vip)
-		if fs, ok := r.services[vip.Unmap()]; ok {
-			cands = append([]*serviceRoute{fs}, cands...)
-		}
-		for _, c := range cands {
-			if _, ok := c.ports[port]; ok && strings.EqualFold(c.hostname, host) {
-				s = c
-				break
-			}
-		}
-		if s != nil {
-			break
-		}
-	}
-	if s == nil {
+	found := r.serviceByName(host, port, vips)
+	if found == nil {
 		return 0, fmt.Errorf("no service %s with port %d", host, port)
 	}
+	s := found.serviceRoute
 	for _, ep := range s.byPort[port] {
 		if slices.Contains(ep.w.addresses, local) {
 			return ep.port, nil
@@ -556,6 +542,31 @@ func (r *Router) nameTarget(host string, port uint16, vips []netip.Addr, local n
 		return t, nil
 	}
 	return 0, fmt.Errorf("service %s: no target port for port %d at %s", s.name, port, local)
+}
+
+// namedService is a service found by its hostname, at one of its VIPs.
+type namedService struct {
+	*serviceRoute
+	vip netip.Addr
+}
+
+// serviceByName is the service of hostname host that has port, among
+// those at vips (host's addresses in the DNS zone): the file's first, as
+// Route looks them up; nil if none.
+func (r *Router) serviceByName(host string, port uint16, vips []netip.Addr) *namedService {
+	for _, vip := range vips {
+		vip = vip.Unmap()
+		cands := r.mesh.servicesAt(vip)
+		if fs, ok := r.services[vip]; ok {
+			cands = append([]*serviceRoute{fs}, cands...)
+		}
+		for _, c := range cands {
+			if _, ok := c.ports[port]; ok && strings.EqualFold(c.hostname, host) {
+				return &namedService{c, vip}
+			}
+		}
+	}
+	return nil
 }
 
 // servicesAt is the mesh's services at vip.
