@@ -11,10 +11,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +25,8 @@ import (
 
 	istiohbone "istio.io/istio/pkg/hbone"
 
+	"github.com/meshtun/meshtun/config"
+	meshtungw "github.com/meshtun/meshtun/gateway"
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
 )
@@ -409,5 +414,110 @@ func TestIstioDoubleDialerToMeshtun(t *testing.T) {
 	}
 	if strings.Contains(tp.seen(), secret) {
 		t.Error("the gateway forwarded the plaintext")
+	}
+}
+
+// meshtunGateway is a meshtun gateway whose gateway.east_west handler
+// serves on loopback: the network's east-west gateway of the issue's
+// "meshtun as its network's gateway", made by gateway.New from a file
+// that names the destination's workload and service.
+func meshtunGateway(t *testing.T, d *destination, app netip.AddrPort) netip.AddrPort {
+	t.Helper()
+	c, err := ca()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, _, err := c.WriteLeaf(dir, "ew", gwID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), c.PEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprintf(`version = 1
+[gateway]
+name = "ew"
+[tls]
+cert = "ew.pem"
+key = "ew-key.pem"
+trust_bundle = "ca.pem"
+[[workloads]]
+name = "server"
+namespace = "default"
+service_account = "server"
+addresses = [%q]
+hbone_address = %q
+[[services]]
+name = "server"
+namespace = "default"
+hostname = %q
+vips = ["10.96.0.77"]
+ports = { 80 = %d }
+endpoints = ["default/server"]
+`, app.Addr(), d.addr, host, app.Port())
+	path := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := meshtungw.New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := keyPair(t, gwID)
+	srv, err := hbone.NewServer(hbone.ServerOptions{Certificate: cert, Roots: c.Pool(), TrustDomain: domain,
+		Handler: g.EastWestHandler(), NameAuthorities: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { srv.Serve(ln); close(served) }()
+	t.Cleanup(func() { srv.Close(); <-served })
+	return ln.Addr().(*net.TCPAddr).AddrPort()
+}
+
+// Istio's NewDoubleDialer through meshtun as the east-west gateway to a
+// meshtun destination: meshtun routes Istio's outer CONNECT to the
+// service's endpoint and relays the inner TLS, which ends at the
+// destination with the client's identity.
+func TestIstioDoubleDialerThroughMeshtunGateway(t *testing.T) {
+	app := echo(t)
+	d := newDestination(t, app)
+	gw := meshtunGateway(t, d, app)
+	cert, c := keyPair(t, clientID)
+	innerTLS := hbone.ClientConfig(cert, c.Pool(), []string{destID})
+	dialer := istiohbone.NewDoubleDialer(
+		istiohbone.Config{ProxyAddress: gw.String(), TLS: hbone.ClientConfig(cert, c.Pool(), []string{gwID})},
+		istiohbone.Config{ProxyAddress: d.addr.String(), TLS: innerTLS},
+		innerTLS)
+	conn, err := dialer.DialContext(ctx(t), "tcp", host+":80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, secret); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, len(secret))
+	done := make(chan error, 1)
+	go func() { _, err := io.ReadFull(conn, back); done <- err }()
+	if err := recv(t, done, "the echo"); err != nil || string(back) != secret {
+		t.Fatalf("echo %q, %v", back, err)
+	}
+	inner := recv(t, d.seen, "inner CONNECT")
+	if inner.TargetName() != host+":80" || inner.PeerIdentity() != clientID {
+		t.Errorf("the destination served %q for %q, want %s:80 for %s", inner.TargetName(), inner.PeerIdentity(), host, clientID)
+	}
+
+	// A service meshtun does not know is refused: Istio's dialer fails.
+	if _, err := dialer.DialContext(ctx(t), "tcp", "unknown.default.svc.cluster.local:80"); err == nil {
+		t.Error("Istio's dialer got through meshtun's gateway to a service it does not know")
 	}
 }
