@@ -183,6 +183,11 @@ type Mesh struct {
 	// The cluster istiod serves, sent as the clusterid header and the
 	// CLUSTER_ID of the node's metadata. Istio's default cluster name.
 	ClusterID string `toml:"cluster_id" default:"Kubernetes"`
+	// This node's network, as ztunnel's NETWORK (Istio's
+	// global.network): "" takes its own workload's from istiod. Set it
+	// for a VM in a network of its own: a multi-network istiod sends only
+	// its own network's workloads, never the VM's WorkloadEntry.
+	Network string `toml:"network"`
 	// This node's workload identity is spiffe://<gateway.trust_domain>/
 	// ns/<Namespace>/sa/<ServiceAccount> (MeshIdentity): istiod checks
 	// both against the token and signs nothing else.

@@ -90,8 +90,8 @@ func TestReloadApplied(t *testing.T) {
 			}
 		}
 	}
-	if len(mesh) != 10 {
-		t.Errorf("[mesh] has keys %q, want the 10 of the schema", mesh)
+	if len(mesh) != 11 {
+		t.Errorf("[mesh] has keys %q, want the 11 of the schema", mesh)
 	}
 }
 
@@ -127,6 +127,7 @@ func TestDumpMesh(t *testing.T) {
 		"server_name":     "fd00::10",
 		"token_file":      "/var/run/secrets/tokens/istio-token",
 		"cluster_id":      "Kubernetes",
+		"network":         "",
 		"namespace":       "vm",
 		"service_account": "vm-sa",
 		"cert_ttl":        "12h0m0s",

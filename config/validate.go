@@ -85,6 +85,11 @@ func (c *Config) checkGateway(p *problems) {
 // while it is on, and [tls] beside it. A value derived from a bad
 // xds_address is reported once, at xds_address.
 func (c *Config) checkMesh(p *problems) {
+	if n := &c.Mesh.Network; *n != "" {
+		if err := identity.CheckName(*n); err != nil {
+			p.at(n, "%v", err)
+		}
+	}
 	m := &c.Mesh
 	on := m.Enabled()
 	_, _, xdsErr := splitDial(m.XDSAddress)

@@ -444,3 +444,38 @@ func TestConvertNetworkGateway(t *testing.T) {
 		}
 	}
 }
+
+// Node.Network (mesh.network, ztunnel's NETWORK) is this node's network
+// whatever its own workload says, and with none at all.
+func TestConvertConfiguredNetwork(t *testing.T) {
+	node := convNode
+	node.Network = "vm-net"
+	st := Convert(meshSnapshot(), node)
+	if st.Network != "vm-net" {
+		t.Fatalf("Network = %q, want the configured vm-net", st.Network)
+	}
+	node.InstanceIPs = []netip.Addr{netip.MustParseAddr("192.0.2.1")} // no workload of ours
+	if st := Convert(meshSnapshot(), node); st.Network != "vm-net" || st.Self != nil {
+		t.Fatalf("without our workload: Network = %q, Self = %v; want vm-net, nil", st.Network, st.Self)
+	}
+}
+
+// A service whose VIPs are all of another network (a multi-network
+// istiod gives a cluster's services the cluster network's VIPs only) is
+// addressed by them; one with a VIP in ours keeps only ours.
+func TestConvertOtherNetworkVIPs(t *testing.T) {
+	snap := meshSnapshot()
+	snap.Addresses["only-far"] = svcAddr(&workloadapi.Service{Name: "far", Namespace: "default", Hostname: "far.default.svc.cluster.local",
+		Addresses: []*workloadapi.NetworkAddress{{Network: "net-2", Address: ip("10.96.9.1")}},
+		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}})
+	snap.Addresses["both"] = svcAddr(&workloadapi.Service{Name: "both", Namespace: "default", Hostname: "both.default.svc.cluster.local",
+		Addresses: []*workloadapi.NetworkAddress{{Network: "net-2", Address: ip("10.96.9.2")}, {Network: "net-1", Address: ip("10.96.9.3")}},
+		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}})
+	st := Convert(snap, convNode)
+	for name, want := range map[string]string{"far": "10.96.9.1", "both": "10.96.9.3"} {
+		s := find(st.Services, func(s config.Service) string { return s.Name }, name)
+		if s == nil || len(s.VIPs) != 1 || s.VIPs[0] != netip.MustParseAddr(want) {
+			t.Errorf("service %s: %+v, want the one VIP %s", name, s, want)
+		}
+	}
+}

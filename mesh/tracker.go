@@ -27,7 +27,8 @@ import (
 // fate depends only on the resources that share its keys:
 //
 //   - Claims. Workloads claim their addresses and their namespace/name;
-//     services claim each VIP:port of this node's network. A claim is won
+//     services claim each VIP:port of theirs (this node's network's,
+//     else, with none there, the others': convertService). A claim is won
 //     by the first claimant in the order (our network first, then
 //     resource name). A workload is kept when it wins all of its claims; a
 //     service when it wins all of its. A loser is rejected with the
@@ -120,7 +121,7 @@ type trackedService struct {
 	res      string
 	key      string // namespace/hostname
 	msg      *workloadapi.Service
-	cfg      config.Service // our network's VIPs; no endpoints or waypoint
+	cfg      config.Service // its VIPs (convertService); no endpoints or waypoint
 	vipPorts []netip.AddrPort
 	err      error // the conversion's: such a service claims nothing
 	kept     bool
@@ -185,6 +186,7 @@ func NewTracker(node Node) *Tracker {
 	for _, ip := range node.InstanceIPs {
 		t.own[ip.Unmap()] = true
 	}
+	t.network = node.Network
 	t.resetIndexes()
 	return t
 }
@@ -239,6 +241,9 @@ func (t *Tracker) Apply(d Delta) Changes {
 }
 
 func (t *Tracker) networkOf(w *trackedWorkload) string {
+	if t.node.Network != "" {
+		return t.node.Network // configured, as ztunnel's NETWORK
+	}
 	if w == nil {
 		return ""
 	}
