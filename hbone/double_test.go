@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Double HBONE (double.go) through a gateway built from this package's
@@ -357,5 +358,41 @@ func TestParseNameAuthority(t *testing.T) {
 		if (err == nil) != (tt.host != "") || host != tt.host || port != tt.port {
 			t.Errorf("ParseNameAuthority(%q) = %q %d %v, want %q %d", tt.in, host, port, err, tt.host, tt.port)
 		}
+	}
+}
+
+// A hostile gateway: it answers the outer CONNECT and then sends
+// nothing, or bytes that are no TLS. Connect fails within its context,
+// and nothing is left running.
+func TestDoubleHBONEHostileGateway(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(st *ServerStream) bool
+	}{
+		{"silent after its 200", func(st *ServerStream) bool {
+			<-st.ctx.Done() // holds the stream until the client gives up
+			return true
+		}},
+		{"garbage instead of the destination's TLS", func(st *ServerStream) bool {
+			st.Write(bytes.Repeat([]byte("not TLS\n"), 64))
+			<-st.ctx.Done()
+			return true
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newDblEnv(t, nil)
+			e.gwFault = tc.fault
+			pool := newSrvPool(t, e.dest)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if _, err := pool.Connect(ctx, e.request()); err == nil {
+				t.Fatal("Connect succeeded through a hostile gateway")
+			}
+			if n := e.dest.handled.Load(); n != 0 {
+				t.Errorf("the destination got %d CONNECTs", n)
+			}
+			pool.Close()
+			clientCheckNoLeak(t)
+		})
 	}
 }
