@@ -532,3 +532,118 @@ network = "net-3"
 		})
 	}
 }
+
+// Run serves gateway.east_west: an outer CONNECT to a service of this
+// node's routes is relayed to its endpoint's HBONE address (here a plain
+// echo stands in for it: the gateway relays bytes, whatever they are), an
+// unknown one is a 503, and the drain ends the listener.
+func TestRunEastWest(t *testing.T) {
+	dir := t.TempDir()
+	ca, _, err := devca.LoadOrCreate(dir, "cluster.local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ca.WriteLeaf(dir, "node-c", nodeCID); err != nil {
+		t.Fatal(err)
+	}
+	hboneOfServer := echo(t) // "the destination's HBONE listener"
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew := free.Addr().String()
+	free.Close()
+	text := fmt.Sprintf(`version = 1
+[gateway]
+name = "node-c"
+east_west = %q
+[tls]
+cert = "node-c.pem"
+key = "node-c-key.pem"
+trust_bundle = "ca.pem"
+[hbone]
+listen = ""
+[admin]
+listen = ""
+readiness = ""
+metrics = ""
+[[workloads]]
+name = "server"
+namespace = "default"
+addresses = ["10.244.9.9"]
+hbone_address = %q
+[[services]]
+name = "web"
+namespace = "default"
+hostname = %q
+vips = [%q]
+ports = { 80 = 8080 }
+endpoints = ["default/server"]
+`, ew, hboneOfServer, xnetHost, xnetVIP)
+	path := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TUN.Name = "" // no device: only the listeners start
+	g, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- g.Run(ctx) }()
+	select {
+	case <-g.Ready():
+	case err := <-ran:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not ready within 10s")
+	}
+	cc, err := ca.KeyPair(reloadClientID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := hbone.NewPool(hbone.PoolOptions{Certificate: cc, Roots: ca.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	connect := func(name string) (*hbone.ClientStream, error) {
+		cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer ccancel()
+		return pool.Connect(cctx, hbone.ConnectRequest{Address: netip.MustParseAddrPort(ew), Authority: netip.MustParseAddrPort("10.244.9.9:8080"),
+			AuthorityName: name, Identities: []string{nodeCID}})
+	}
+	s, err := connect(xnetHost + ":80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(s, "relayed as bytes")
+	s.CloseWrite()
+	if back, err := io.ReadAll(s); err != nil || string(back) != "relayed as bytes" {
+		t.Fatalf("through the east-west listener: %q, %v", back, err)
+	}
+	s.Close()
+	var se *hbone.StatusError
+	if _, err := connect("nope.default.svc.cluster.local:80"); !errors.As(err, &se) || se.Code != http.StatusServiceUnavailable {
+		t.Errorf("an unknown service: %v, want 503", err)
+	}
+	cancel()
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run after the drain: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return within 20s of its context's end")
+	}
+	if c, err := net.DialTimeout("tcp", ew, time.Second); err == nil {
+		c.Close()
+		t.Error("the east-west listener still accepts after Run returned")
+	}
+}
