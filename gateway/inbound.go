@@ -86,10 +86,8 @@ func (g *Gateway) checkInbound(snap *snapshot, target netip.AddrPort) (int, erro
 }
 
 // nameTarget is the target of a CONNECT to "hostname:port", as a flow
-// through a network gateway arrives (docs/hbone.md, "Double HBONE"), read
-// as ztunnel's inbound does: the service of that hostname, and of the
-// address the connection arrived at (local) as its endpoint, at the
-// endpoint's target port for that service port, else the service's.
+// through a network gateway arrives (docs/hbone.md, "Double HBONE"):
+// Router.nameTarget, with hbone.serve as what this node serves.
 func nameTarget(snap *snapshot, name string, local net.Addr) (netip.AddrPort, error) {
 	host, port, err := hbone.ParseNameAuthority(name)
 	if err != nil {
@@ -101,11 +99,19 @@ func nameTarget(snap *snapshot, name string, local net.Addr) (netip.AddrPort, er
 	}
 	at := ta.AddrPort().Addr().Unmap()
 	vips, _ := snap.zone.Resolve(host)
-	t, err := snap.router.nameTarget(host, port, vips, at)
+	served := func(a netip.Addr) bool {
+		for _, p := range snap.cfg.HBONE.Serve {
+			if p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
+	t, err := snap.router.nameTarget(host, port, vips, at, served, snap.pickEndpoint)
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("target %s: %w", name, err)
 	}
-	return netip.AddrPortFrom(at, t), nil
+	return t, nil
 }
 
 // inboundSource is the client of an inbound stream: the forwarded for=

@@ -523,25 +523,42 @@ func (w *workloadRoute) addressLike(like netip.Addr) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// nameTarget is the target port of a flow to service host's port,
-// arriving at local (inbound through a network gateway): the port the
-// service maps it to on its endpoint at local, else its own target
-// port. vips are host's addresses, as the DNS zone has them.
-func (r *Router) nameTarget(host string, port uint16, vips []netip.Addr, local netip.Addr) (uint16, error) {
+// nameTarget is the target of a flow to service host's port arriving
+// at local (inbound through a network gateway), as ztunnel's
+// find_inbound_upstream reads it, for a node that serves more than its
+// own address: the service's endpoint at local, else one of its
+// endpoints this node serves (an address in served; pick chooses among
+// several), each at the port the service maps port to on that endpoint;
+// with no such endpoint, local itself at the service's target port.
+func (r *Router) nameTarget(host string, port uint16, vips []netip.Addr, local netip.Addr,
+	served func(netip.Addr) bool, pick Pick) (netip.AddrPort, error) {
 	found := r.serviceByName(host, port, vips)
 	if found == nil {
-		return 0, fmt.Errorf("no service %s with port %d", host, port)
+		return netip.AddrPort{}, fmt.Errorf("no service %s with port %d", host, port)
 	}
 	s := found.serviceRoute
+	var ours []netip.AddrPort
 	for _, ep := range s.byPort[port] {
+		if ep.w.network != "" {
+			continue
+		}
 		if slices.Contains(ep.w.addresses, local) {
-			return ep.port, nil
+			return netip.AddrPortFrom(local, ep.port), nil
+		}
+		for _, a := range ep.w.addresses {
+			if served(a) {
+				ours = append(ours, netip.AddrPortFrom(a, ep.port))
+				break
+			}
 		}
 	}
-	if t := s.ports[port]; t != 0 {
-		return t, nil
+	if len(ours) > 0 {
+		return ours[choose(pick, s.name, len(ours))], nil
 	}
-	return 0, fmt.Errorf("service %s: no target port for port %d at %s", s.name, port, local)
+	if t := s.ports[port]; t != 0 {
+		return netip.AddrPortFrom(local, t), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("service %s: no target port for port %d at %s", s.name, port, local)
 }
 
 // namedService is a service found by its hostname, at one of its VIPs.
