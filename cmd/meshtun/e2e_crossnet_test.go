@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,6 +20,8 @@ import (
 // application dials the workload and the service's VIP; the flows go A →
 // B's east-west listener (outer CONNECT) → B's own HBONE listener (the
 // inner connection, mTLS with node B's identity end to end) → the server.
+// First A names a gateway port nothing listens on: flows are refused
+// with the reason; a reload to the right one brings them back.
 func TestEndToEndCrossNetwork(t *testing.T) {
 	const (
 		server = "10.244.2.5"
@@ -46,7 +52,7 @@ endpoints = ["demo/server"]
 			return s + `
 [[networks]]
 name = "cluster-net"
-gateway = "192.0.2.2:15009"
+gateway = "192.0.2.2:15019"
 identity = "` + nodeB + `"
 ` + entries(`network = "cluster-net"`)
 		}
@@ -73,6 +79,35 @@ identity = "` + nodeB + `"
 			}()
 		}
 	}()
+
+	// The gateway is down: a RST for the application, and why.
+	if c, err := e.dialA(t, server+":8080"); err == nil {
+		c.Close()
+		t.Fatal("a flow got through a gateway that is down")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial through a gateway that is down: %v, want connection refused", err)
+	}
+	line := waitLog(t, e.gwA, "network gateway 192.0.2.2:15019")
+	for _, want := range []string{"response_flags=CONNECT", "dst.hbone_addr=192.0.2.2:15019", "connection refused"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("node A's line lacks %q: %s", want, line)
+		}
+	}
+	// And back: the right port, applied by a reload.
+	pathA := filepath.Join(dir, "node-a.toml")
+	text, err := os.ReadFile(pathA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pathA, []byte(strings.Replace(string(text), "192.0.2.2:15019", "192.0.2.2:15009", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.gwA.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if line := waitLog(t, e.gwA, "reloaded:"); !strings.Contains(line, "networks") {
+		t.Errorf("node A's reload line does not name networks: %s", line)
+	}
 
 	for _, dst := range []string{server + ":8080", vip + ":80"} {
 		c, err := e.dialA(t, dst)
