@@ -51,13 +51,15 @@ type Config struct {
 	Admin     Admin      `toml:"admin"`
 	DNS       DNS        `toml:"dns"`
 	Peers     []Peer     `toml:"peers" reload:"apply"`
+	Networks  []Network  `toml:"networks" reload:"apply"`
 	Workloads []Workload `toml:"workloads" reload:"apply"`
 	Services  []Service  `toml:"services" reload:"apply"`
 	Policies  []Policy   `toml:"policies" reload:"apply"`
 
 	// Network is this node's network in the mesh (its own workload's,
-	// from istiod); "" off the mesh. Workloads of another network are not
-	// routed to (no double HBONE yet).
+	// from istiod); "" off the mesh. Workloads of another network are
+	// reached through their network's gateway (Workload.NetworkGateway),
+	// or not at all.
 	Network string `toml:"-"`
 	// Self is this node's own workload as istiod describes it (its
 	// namespace and service account ours, an address among INSTANCE_IPS);
@@ -97,6 +99,13 @@ type Gateway struct {
 	// the peer forwarded it). 0 is no limit: outbound flows of a node
 	// mostly come from its one address, so a default would cap the node.
 	MaxFlowsPerSource int `toml:"max_flows_per_source" default:"0" reload:"apply"`
+	// EastWest, if set, makes this node its network's east-west gateway
+	// too: a second HBONE listener at this ip:port, where outer CONNECTs
+	// (double HBONE from another network) addressed to a workload or
+	// service of this node's routes are forwarded, their inner connection
+	// as bytes, to the destination's HBONE address. "" is off: a network
+	// needs one such address reachable from the others, not one per node.
+	EastWest string `toml:"east_west"`
 
 	// This node's workload as Istio describes one: sent in the baggage
 	// header of every outbound CONNECT (hbone.Baggage) and the labels of
@@ -174,6 +183,11 @@ type Mesh struct {
 	// The cluster istiod serves, sent as the clusterid header and the
 	// CLUSTER_ID of the node's metadata. Istio's default cluster name.
 	ClusterID string `toml:"cluster_id" default:"Kubernetes"`
+	// This node's network, as ztunnel's NETWORK (Istio's
+	// global.network): "" takes its own workload's from istiod. Set it
+	// for a VM in a network of its own: a multi-network istiod sends only
+	// its own network's workloads, never the VM's WorkloadEntry.
+	Network string `toml:"network"`
 	// This node's workload identity is spiffe://<gateway.trust_domain>/
 	// ns/<Namespace>/sa/<ServiceAccount> (MeshIdentity): istiod checks
 	// both against the token and signs nothing else.
@@ -347,6 +361,16 @@ type Peer struct {
 	Identity string         `toml:"identity,required"` // SPIFFE ID the peer must present
 }
 
+// Network is one [[networks]] entry: another network and its east-west
+// gateway, for a mesh without istiod (istiod says the same with each
+// workload's network_gateway). A [[workloads]] entry whose network names
+// it is reached through the gateway as double HBONE.
+type Network struct {
+	Name     string         `toml:"name,required"`
+	Gateway  netip.AddrPort `toml:"gateway,required"`  // the gateway's HBONE ip:port
+	Identity string         `toml:"identity,required"` // SPIFFE ID the gateway must present
+}
+
 // Workload is one [[workloads]] entry, as in ztunnel's local config.
 type Workload struct {
 	Name      string `toml:"name,required"`
@@ -363,13 +387,22 @@ type Workload struct {
 	// Overrides the identity derived from namespace and service account.
 	Identity string `toml:"identity,derived"`
 
+	// Network is the workload's network: "" (a file's workload) or
+	// Config.Network is this node's; another is reached through its
+	// network's gateway (a file's: the [[networks]] entry of that name;
+	// the mesh's: NetworkGateway), or refused by routing.
+	Network string `toml:"network"`
+
 	// From the mesh only (see Source).
 	//
-	// Network is the workload's network; one other than Config.Network
-	// is refused by routing.
-	Network string `toml:"-"`
 	// Waypoint, if set, receives every flow addressed to the workload.
 	Waypoint *Waypoint `toml:"-"`
+	// NetworkGateway, for a workload of another network, is that
+	// network's east-west gateway (WDS network_gateway, resolved as a
+	// waypoint is: its instances' HBONE addresses and identities, its
+	// service's subject_alt_names): flows to the workload go through it
+	// as double HBONE. Nil in another network: refused by routing.
+	NetworkGateway *Waypoint `toml:"-"`
 	// Unhealthy workloads are kept but are no service's endpoint.
 	Unhealthy bool `toml:"-"`
 	// What Istio's metrics label the workload with: its workload name

@@ -90,6 +90,11 @@ func TestShippedFile(t *testing.T) {
 			Address:  netip.MustParseAddrPort("192.0.2.2:15008"),
 			Identity: "spiffe://cluster.local/ns/meshtun/sa/node-b",
 		}},
+		Networks: []Network{{
+			Name:     "cluster-net",
+			Gateway:  netip.MustParseAddrPort("203.0.113.10:15008"),
+			Identity: "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway",
+		}},
 		Workloads: []Workload{{
 			Name:           "web",
 			Namespace:      "default",

@@ -90,8 +90,8 @@ func TestReloadApplied(t *testing.T) {
 			}
 		}
 	}
-	if len(mesh) != 10 {
-		t.Errorf("[mesh] has keys %q, want the 10 of the schema", mesh)
+	if len(mesh) != 11 {
+		t.Errorf("[mesh] has keys %q, want the 11 of the schema", mesh)
 	}
 }
 
@@ -127,6 +127,7 @@ func TestDumpMesh(t *testing.T) {
 		"server_name":     "fd00::10",
 		"token_file":      "/var/run/secrets/tokens/istio-token",
 		"cluster_id":      "Kubernetes",
+		"network":         "",
 		"namespace":       "vm",
 		"service_account": "vm-sa",
 		"cert_ttl":        "12h0m0s",
@@ -172,6 +173,10 @@ func TestDump(t *testing.T) {
 [hbone]
 serve = ["10.244.1.0/24"]
 `+peerDoc("b", `["10.244.3.0/24"]`, "192.0.2.2:15008")+`
+[[networks]]
+name = "cluster-net"
+gateway = "203.0.113.10:15008"
+identity = "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"
 [[workloads]]
 name = "web"
 namespace = "default"
@@ -361,7 +366,7 @@ func TestEveryKeyHasRules(t *testing.T) {
 // out, and Diff does not compare it on its own.
 func TestHiddenFieldsAreNotKeys(t *testing.T) {
 	for _, p := range keyPaths() {
-		if strings.HasSuffix(p, ".network") || strings.HasSuffix(p, ".source") || strings.HasSuffix(p, ".waypoint") || p == "network" {
+		if strings.HasSuffix(p, ".network_gateway") || strings.HasSuffix(p, ".source") || strings.HasSuffix(p, ".waypoint") || p == "network" {
 			t.Errorf("keyPaths holds %q, a toml:\"-\" field", p)
 		}
 	}
@@ -370,11 +375,11 @@ func TestHiddenFieldsAreNotKeys(t *testing.T) {
 name = "w"
 namespace = "ns"
 addresses = ["10.0.0.1"]
-network = "net-2"
+source = "xds"
 `
 	_, err := Parse([]byte(doc), "test.toml")
-	if err == nil || !strings.Contains(err.Error(), "workloads[0].network") {
-		t.Fatalf("Parse of a hidden field as a key = %v, want an unknown-key error at workloads[0].network", err)
+	if err == nil || !strings.Contains(err.Error(), "workloads[0].source") {
+		t.Fatalf("Parse of a hidden field as a key = %v, want an unknown-key error at workloads[0].source", err)
 	}
 	c := mustParse(t, base)
 	c.Network = "net-1"

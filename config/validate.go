@@ -42,6 +42,7 @@ func (c *Config) check() []*Error {
 		td = "" // reported once above; don't hold every identity against it
 	}
 	c.checkPeers(&p, td)
+	c.checkNetworks(&p, td)
 	c.checkWorkloads(&p, td)
 	c.checkServices(&p, td)
 	c.checkPolicies(&p)
@@ -84,6 +85,11 @@ func (c *Config) checkGateway(p *problems) {
 // while it is on, and [tls] beside it. A value derived from a bad
 // xds_address is reported once, at xds_address.
 func (c *Config) checkMesh(p *problems) {
+	if n := &c.Mesh.Network; *n != "" {
+		if err := identity.CheckName(*n); err != nil {
+			p.at(n, "%v", err)
+		}
+	}
 	m := &c.Mesh
 	on := m.Enabled()
 	_, _, xdsErr := splitDial(m.XDSAddress)
@@ -216,7 +222,7 @@ func (c *Config) checkTUN(p *problems) {
 func (c *Config) checkListeners(p *problems) {
 	type listener struct{ path, host, port string }
 	var ls []listener
-	for _, addr := range []*string{&c.HBONE.Listen, &c.Admin.Listen, &c.Admin.Metrics, &c.Admin.Readiness} {
+	for _, addr := range []*string{&c.HBONE.Listen, &c.Gateway.EastWest, &c.Admin.Listen, &c.Admin.Metrics, &c.Admin.Readiness} {
 		if *addr == "" {
 			continue // off
 		}
@@ -355,12 +361,37 @@ func (c *Config) checkPeers(p *problems, td string) {
 	}
 }
 
+func (c *Config) checkNetworks(p *problems, td string) {
+	names := map[string]string{}
+	for i := range c.Networks {
+		n := &c.Networks[i]
+		uniqueName(p, names, &n.Name, n.Name, p.path(n))
+		if n.Name != "" && identity.CheckName(n.Name) != nil {
+			p.at(&n.Name, "%q: a network's name is 1..253 letters, digits, '.', '-', '_'", n.Name)
+		}
+		switch {
+		case !n.Gateway.IsValid():
+			p.at(&n.Gateway, "required: the network's east-west gateway, its HBONE ip:port, like \"203.0.113.10:15008\"")
+		default:
+			checkDialable(p, &n.Gateway)
+		}
+		if n.Identity == "" {
+			p.at(&n.Identity, "required: the SPIFFE ID the gateway must present, like %q", exampleID(td, "istio-system", "istio-eastwestgateway"))
+		} else if err := checkIdentity(n.Identity, td); err != nil {
+			p.at(&n.Identity, "%v", err)
+		}
+	}
+}
+
 func (c *Config) checkWorkloads(p *problems, td string) {
 	names := map[string]string{}
 	addrs := map[netip.Addr]string{}
 	for i := range c.Workloads {
 		w := &c.Workloads[i]
 		base := p.path(w)
+		if w.Network != "" && w.Source != SourceXDS && !slices.ContainsFunc(c.Networks, func(n Network) bool { return n.Name == w.Network }) {
+			p.at(&w.Network, "network %q is not declared: add a [[networks]] entry with its gateway", w.Network)
+		}
 		required(p, &w.Name, "")
 		required(p, &w.Namespace, "")
 		checkNamePart(p, &w.Name)

@@ -228,6 +228,12 @@ func levelName(l hclog.Level) string {
 //	 "target": "10.244.2.5:8080", "hbone_address": "10.244.2.5:15008",
 //	 "identities": ["spiffe://cluster.local/ns/default/sa/web"], "captured": true}
 //
+// A destination in another network reached through its network's
+// gateway adds "gateway" (the outer hop: "name", "network", "address",
+// "identities", "instance", "instances") and, for a service, "authority"
+// (its "hostname:port", both CONNECTs'); hbone_address and identities
+// are then the inner hop's, the destination's.
+//
 // kind is "hbone", "direct" or "deny"; a denied plan has "reason" and no
 // target; keys without a value are left out.
 type RouteAnswer struct {
@@ -254,8 +260,21 @@ type routeJSON struct {
 	Target        netip.AddrPort `json:"target,omitzero"`
 	HBONEAddress  netip.AddrPort `json:"hbone_address,omitzero"`
 	Identities    []string       `json:"identities,omitempty"`
+	Authority     string         `json:"authority,omitempty"`
+	Gateway       *gatewayJSON   `json:"gateway,omitempty"`
 	Reason        string         `json:"reason,omitempty"`
 	Captured      bool           `json:"captured"`
+}
+
+// gatewayJSON is a Plan's GatewayHop, the outer hop of double HBONE;
+// the plan's hbone_address and identities are then the inner hop's.
+type gatewayJSON struct {
+	Name       string         `json:"name"`
+	Network    string         `json:"network"`
+	Address    netip.AddrPort `json:"address"`
+	Identities []string       `json:"identities"`
+	Instance   int            `json:"instance"`
+	Instances  int            `json:"instances"`
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -265,6 +284,11 @@ func (a RouteAnswer) MarshalJSON() ([]byte, error) {
 		Destination: p.Dst, Name: a.Name, Kind: p.Kind.String(), Via: p.Via, Service: p.Service, Host: p.Host,
 		Endpoint: p.Endpoint, Endpoints: p.Endpoints,
 		HBONEAddress: p.HBONEAddress, Identities: p.Identities, Reason: p.Reason, Captured: a.Captured,
+		Authority: p.Authority,
+	}
+	if g := p.Gateway; g != nil {
+		j.Gateway = &gatewayJSON{Name: g.Name, Network: g.Network, Address: g.Address, Identities: g.Identities,
+			Instance: g.Instance, Instances: g.Instances}
 	}
 	if p.Endpoint != "" {
 		j.EndpointIndex = &p.EndpointIndex
@@ -303,8 +327,12 @@ func (a *RouteAnswer) UnmarshalJSON(b []byte) error {
 	*a = RouteAnswer{Plan: Plan{
 		Kind: kind, Dst: j.Destination, Target: target, HBONEAddress: j.HBONEAddress, Identities: j.Identities,
 		Via: j.Via, Service: j.Service, Host: j.Host, Endpoint: j.Endpoint, EndpointIndex: index,
-		Endpoints: j.Endpoints, Reason: j.Reason,
+		Endpoints: j.Endpoints, Reason: j.Reason, Authority: j.Authority,
 	}, Name: j.Name, Captured: j.Captured}
+	if g := j.Gateway; g != nil {
+		a.Plan.Gateway = &GatewayHop{Name: g.Name, Network: g.Network, Address: g.Address, Identities: g.Identities,
+			Instance: g.Instance, Instances: g.Instances}
+	}
 	return nil
 }
 

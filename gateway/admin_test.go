@@ -484,3 +484,29 @@ func TestConfigDumpSourceAndExpiry(t *testing.T) {
 		t.Errorf("tagged: %v", dumped)
 	}
 }
+
+// A plan through a network gateway keeps both hops through /route's
+// JSON, the form `meshtun route --admin` reads.
+func TestRouteAnswerGatewayRoundTrip(t *testing.T) {
+	r := NewRouter(meshCrossNetworkConfig())
+	p := r.Route(netip.MustParseAddrPort("10.96.0.40:80"), func(string, int) int { return 0 })
+	if p.Gateway == nil {
+		t.Fatalf("plan %s has no gateway", p)
+	}
+	b, err := json.Marshal(RouteAnswer{Plan: p, Captured: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"authority":"cross.default.svc.cluster.local:80"`, `"gateway":{"name":"istio-system/istio-eastwestgateway.istio-system.svc.cluster.local","network":"net-2","address":"203.0.113.10:15008"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("JSON lacks %s: %s", want, b)
+		}
+	}
+	var back RouteAnswer
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Plan.String() != p.String() || !reflect.DeepEqual(back.Plan.Gateway, p.Gateway) {
+		t.Errorf("round trip:\n got %s\nwant %s", back.Plan, p)
+	}
+}

@@ -84,7 +84,7 @@ type outcome struct {
 
 // dirIndex is the index of a direction in flowTable.count.
 func dirIndex(direction string) int {
-	if direction == inbound {
+	if direction == inbound || direction == eastWest { // east-west: inbound to this node
 		return 1
 	}
 	return 0

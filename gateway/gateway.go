@@ -51,10 +51,12 @@ type Gateway struct {
 	ownPorts map[uint16]bool
 	ownAddrs map[netip.Addr]bool
 
-	pool    *hbone.Pool
-	server  *hbone.Server
-	ready   atomic.Bool
-	readyCh chan struct{} // closed once Run is ready
+	pool   *hbone.Pool
+	server *hbone.Server
+	// eastWestSrv serves gateway.east_west (eastwest.go), nil when off.
+	eastWestSrv *hbone.Server
+	ready       atomic.Bool
+	readyCh     chan struct{} // closed once Run is ready
 	// servingCh is closed once Run has its device, stack and listeners
 	// up: before ready when it still waits for istiod.
 	servingCh chan struct{}
@@ -168,7 +170,7 @@ func NewWithOptions(cfg *config.Config, log hclog.Logger, opts Options) (*Gatewa
 	if cfg.Log.AccessLog {
 		g.flows.log = log.Named("access")
 	}
-	for _, l := range []string{cfg.HBONE.Listen, cfg.Admin.Listen, cfg.Admin.Metrics, cfg.Admin.Readiness} {
+	for _, l := range []string{cfg.HBONE.Listen, cfg.Gateway.EastWest, cfg.Admin.Listen, cfg.Admin.Metrics, cfg.Admin.Readiness} {
 		if ap, err := netip.ParseAddrPort(l); err == nil {
 			g.ownPorts[ap.Port()] = true
 		}
@@ -385,6 +387,7 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 			Source:               g.certs(),
 			TrustDomain:          g.cfg.Gateway.TrustDomain,
 			Handler:              g.handleInbound,
+			NameAuthorities:      true, // through a network gateway (inbound.go)
 			MaxConcurrentStreams: uint32(g.cfg.HBONE.MaxInboundStreamsPerConn),
 			MaxConns:             g.cfg.HBONE.MaxInboundConns,
 			HandshakeTimeout:     g.cfg.HBONE.HandshakeTimeout.Duration,
@@ -395,6 +398,29 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		}
 		g.server = srv
 		g.metrics.server.Store(srv)
+		closers = append(closers, func() { srv.Close() })
+	}
+	var eastWestLn net.Listener
+	if g.cfg.Gateway.EastWest != "" {
+		eastWestLn, err = net.Listen("tcp", g.cfg.Gateway.EastWest)
+		if err != nil {
+			return fmt.Errorf("gateway: gateway.east_west: %w", err)
+		}
+		closers = append(closers, func() { eastWestLn.Close() })
+		srv, err := hbone.NewServer(hbone.ServerOptions{
+			Source:               g.certs(),
+			TrustDomain:          g.cfg.Gateway.TrustDomain,
+			Handler:              g.handleEastWest,
+			NameAuthorities:      true,
+			MaxConcurrentStreams: uint32(g.cfg.HBONE.MaxInboundStreamsPerConn),
+			MaxConns:             g.cfg.HBONE.MaxInboundConns,
+			HandshakeTimeout:     g.cfg.HBONE.HandshakeTimeout.Duration,
+			Logger:               g.log.Named("east-west"),
+		})
+		if err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		g.eastWestSrv = srv
 		closers = append(closers, func() { srv.Close() })
 	}
 	// The HTTP endpoints for operators: readiness, the admin listener
@@ -475,10 +501,14 @@ func (g *Gateway) Run(ctx context.Context) (err error) {
 		closers = append(closers, stop)
 	}
 
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	if g.server != nil {
 		routines.Add(1)
 		go func() { defer routines.Done(); serveErr <- g.server.Serve(hboneLn) }()
+	}
+	if g.eastWestSrv != nil {
+		routines.Add(1)
+		go func() { defer routines.Done(); serveErr <- g.eastWestSrv.Serve(eastWestLn) }()
 	}
 	close(g.servingCh)
 	if g.cfg.Mesh.Enabled() {
@@ -560,8 +590,11 @@ func (g *Gateway) drain(stack *netstack.Stack) {
 		case <-ctx.Done():
 		}
 	}()
-	if g.server != nil {
-		if err := g.server.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+	for _, srv := range []*hbone.Server{g.server, g.eastWestSrv} {
+		if srv == nil {
+			continue
+		}
+		if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			g.log.Warn("hbone shutdown", "error", err)
 		}
 	}

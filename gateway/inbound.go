@@ -25,15 +25,22 @@ func (g *Gateway) handleInbound(r *hbone.Request) {
 // inbound sets flow f up for stream r: it returns the accepted stream and
 // the connection to its target, or, when it gets no further, why.
 func (g *Gateway) inbound(r *hbone.Request, f *flow) (stream, target conn, o outcome) {
+	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
 	dst := r.Target()
+	var nameErr error
+	if name := r.TargetName(); name != "" {
+		dst, nameErr = nameTarget(snap, name, r.LocalAddr())
+	}
 	fl := &f.log
 	fl.src, fl.srcIdentity, fl.dst, fl.dstIdentity = inboundSource(r), r.PeerIdentity(), dst, g.identity
 	fl.traceID = r.TraceID()
-	snap := g.snapshot() // this stream's config and policies; a reload re-checks it once relayed
-	fl.openMetrics(g.metrics, g.inboundLabels(snap, r, fl.src))
+	fl.openMetrics(g.metrics, g.inboundLabels(snap, r, fl.src, dst))
 	if max := snap.cfg.Gateway.MaxFlowsPerSource; !g.flows.admit(f, fl.src.Addr(), max) {
 		return nil, nil, outcome{flag: flagOverflow, status: http.StatusServiceUnavailable,
 			err: fmt.Errorf("%d inbound flows from %s are open (gateway.max_flows_per_source)", max, fl.src.Addr())}
+	}
+	if nameErr != nil {
+		return nil, nil, outcome{flag: flagConnect, status: http.StatusServiceUnavailable, err: nameErr}
 	}
 	if status, err := g.checkInbound(snap, dst); err != nil {
 		return nil, nil, outcome{flag: flagConnect, status: status, err: err}
@@ -76,6 +83,35 @@ func (g *Gateway) checkInbound(snap *snapshot, target netip.AddrPort) (int, erro
 		return http.StatusServiceUnavailable, fmt.Errorf("target %s is one of this gateway's own ports", target)
 	}
 	return 0, nil
+}
+
+// nameTarget is the target of a CONNECT to "hostname:port", as a flow
+// through a network gateway arrives (docs/hbone.md, "Double HBONE"):
+// Router.nameTarget, with hbone.serve as what this node serves.
+func nameTarget(snap *snapshot, name string, local net.Addr) (netip.AddrPort, error) {
+	host, port, err := hbone.ParseNameAuthority(name)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ta, ok := local.(*net.TCPAddr)
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("target %s: the connection has no local address", name)
+	}
+	at := ta.AddrPort().Addr().Unmap()
+	vips, _ := snap.zone.Resolve(host)
+	served := func(a netip.Addr) bool {
+		for _, p := range snap.cfg.HBONE.Serve {
+			if p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
+	t, err := snap.router.nameTarget(host, port, vips, at, served, snap.pickEndpoint)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("target %s: %w", name, err)
+	}
+	return t, nil
 }
 
 // inboundSource is the client of an inbound stream: the forwarded for=

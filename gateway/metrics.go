@@ -539,10 +539,12 @@ func (g *Gateway) outboundLabels(snap *snapshot, src netip.AddrPort, plan Plan) 
 // target, else this node. The destination service is the forwarded
 // host= only when it names a configured service: a peer's header must
 // not create series.
-func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src netip.AddrPort) tcpLabels {
+func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src, dst netip.AddrPort) tcpLabels {
 	x := g.metrics.indexFor(snap)
 	source := g.metrics.admitClaim(r.PeerIdentity(), r.Baggage())
-	if d, ok := x.workload(src.Addr()); ok {
+	// Through a network gateway (ztunnel's from_gateway), the source's
+	// address is of its own network: a workload of ours there is not it.
+	if d, ok := x.workload(src.Addr()); ok && !fromOtherNetwork(snap, r) {
 		source = hbone.Baggage{
 			Cluster: cmp.Or(d.Cluster, source.Cluster), Namespace: cmp.Or(d.Namespace, source.Namespace),
 			WorkloadKind: d.WorkloadKind, WorkloadName: d.WorkloadName,
@@ -553,7 +555,7 @@ func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src netip.Addr
 		reporter:             reporterDestination,
 		source:               labelsOf(source),
 		sourcePrincipal:      orUnknown(r.PeerIdentity()),
-		destination:          labelsOf(x.local(r.Target().Addr())),
+		destination:          labelsOf(x.local(dst.Addr())),
 		destinationPrincipal: orUnknown(g.identity),
 		destinationService:   unknown,
 		securityPolicy:       mutualTLS,
@@ -562,6 +564,14 @@ func (g *Gateway) inboundLabels(snap *snapshot, r *hbone.Request, src netip.Addr
 		l.destinationService = h
 	}
 	return l
+}
+
+// fromOtherNetwork reports whether r came through a network gateway
+// from another network: its x-forwarded-network names one other than
+// ours (ztunnel's inbound reads it so).
+func fromOtherNetwork(snap *snapshot, r *hbone.Request) bool {
+	n := r.Header().Get("X-Forwarded-Network")
+	return n != "" && !strings.EqualFold(n, snap.router.network)
 }
 
 // forwardedHost is the host= parameter of a forwarded header, or "".
@@ -658,7 +668,7 @@ var (
 			func(s MeshStats) int64 { return s.Rejected }),
 		gaugeOf("meshtun_mesh_clashes", "Entries of istiod's state in force dropped because the file has one of the same address, VIP and port, or name (the file wins).",
 			func(s MeshStats) int64 { return s.Clashes }),
-		counterOf("meshtun_mesh_other_network_denied_total", "Flows denied because their destination is in another network (no double HBONE yet).",
+		counterOf("meshtun_mesh_other_network_denied_total", "Flows denied because their destination is in another network that has no known network gateway.",
 			func(s MeshStats) uint64 { return s.OtherNetwork }),
 		gaugeOf("meshtun_mesh_ready", "1 once a complete state from istiod was applied.",
 			func(s MeshStats) int {

@@ -92,6 +92,9 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 	switch plan.Kind {
 	case HBONE:
 		fl.hboneAddr, fl.dstIdentity = plan.HBONEAddress, plan.Identities[0]
+		if plan.Gateway != nil {
+			fl.hboneAddr = plan.Gateway.Address // the next hop's, as ztunnel logs it
+		}
 	case Direct:
 		return g.outboundDirect(r, plan)
 	default:
@@ -101,15 +104,21 @@ func (g *Gateway) outbound(r flowRequest, f *flow) (client, server conn, o outco
 		return nil, nil, outcome{flag: flagNoRoute, err: errors.New("no route: " + plan.Reason)}
 	}
 
+	req := hbone.ConnectRequest{
+		Address:       plan.HBONEAddress,
+		Authority:     plan.Target,
+		AuthorityName: plan.Authority,
+		Identities:    plan.Identities,
+		Source:        r.Src(),
+		Host:          plan.Host,
+		Baggage:       baggage,
+	}
+	if gw := plan.Gateway; gw != nil {
+		req.Gateway = &hbone.GatewayHop{Address: gw.Address, Identities: gw.Identities}
+		req.Network = snap.router.network
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.HBONE.ConnectTimeout.Duration)
-	stream, err := g.pool.Connect(ctx, hbone.ConnectRequest{
-		Address:    plan.HBONEAddress,
-		Authority:  plan.Target,
-		Identities: plan.Identities,
-		Source:     r.Src(),
-		Host:       plan.Host,
-		Baggage:    baggage,
-	})
+	stream, err := g.pool.Connect(ctx, req)
 	cancel()
 	if err != nil {
 		o := outcome{flag: flagConnect, err: err}

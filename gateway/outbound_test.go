@@ -85,7 +85,17 @@ type outboundEnv struct {
 
 func newOutboundEnv(t *testing.T, policiesB string) *outboundEnv {
 	t.Helper()
+	return newOutboundEnvWith(t, policiesB, nil, nil)
+}
+
+// newOutboundEnvWith is newOutboundEnv with gateway A's config changed by
+// edit (when set) after it is loaded: entries the file cannot hold.
+func newOutboundEnvWith(t *testing.T, policiesB string, edit func(*config.Config), before func(*outboundEnv)) *outboundEnv {
+	t.Helper()
 	e := &outboundEnv{reloadEnv: newReloadEnv(t, policiesB), aLogs: &syncBuffer{}}
+	if before != nil {
+		before(e) // B is up, A is not made yet
+	}
 	ca, _, err := devca.LoadOrCreate(e.dir, "cluster.local")
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +123,9 @@ identity = %q
 	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(cfg)
 	}
 	log := hclog.New(&hclog.LoggerOptions{Output: io.MultiWriter(e.aLogs, testWriter{t}), Level: hclog.Info})
 	if e.a, err = New(cfg, log); err != nil {

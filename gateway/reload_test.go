@@ -83,9 +83,10 @@ func newReloadEnv(t *testing.T, policies string) *reloadEnv {
 		t.Fatal(err)
 	}
 	srv, err := hbone.NewServer(hbone.ServerOptions{
-		Source:      e.g.certs(),
-		TrustDomain: "cluster.local",
-		Handler:     e.g.handleInbound,
+		Source:          e.g.certs(),
+		TrustDomain:     "cluster.local",
+		Handler:         e.g.handleInbound,
+		NameAuthorities: true, // as Run's server
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -66,8 +66,32 @@ type Plan struct {
 	// Reason says why a flow is denied.
 	Reason string
 	// OtherNetwork is set when the flow is denied because its destination
-	// is in another network (no double HBONE yet): that network.
+	// is in another network that has no usable network gateway: that
+	// network.
 	OtherNetwork string
+	// Gateway, for a destination in another network, is that network's
+	// gateway, the outer hop of double HBONE (docs/hbone.md, "Double
+	// HBONE"); HBONEAddress and Identities are then the destination's,
+	// the inner hop's.
+	Gateway *GatewayHop
+	// Authority, if set, is the CONNECT's :authority instead of Target:
+	// the service's "hostname:port" that ztunnel sends through a
+	// network gateway.
+	Authority string
+}
+
+// GatewayHop is the network gateway a Plan goes through.
+type GatewayHop struct {
+	// Name is the gateway's service ("namespace/hostname") or address;
+	// Network is the network it fronts.
+	Name, Network string
+	// Address and Identities are the chosen instance's HBONE address and
+	// the identities it may present: the instance's own, then the
+	// gateway service's subject_alt_names.
+	Address    netip.AddrPort
+	Identities []string
+	// Instance is the chosen one's index among Instances.
+	Instance, Instances int
 }
 
 func (p Plan) String() string {
@@ -80,13 +104,26 @@ func (p Plan) String() string {
 	}
 	switch p.Kind {
 	case HBONE:
+		if g := p.Gateway; g != nil {
+			return fmt.Sprintf("%s via %s: double HBONE: outer CONNECT %s at network gateway %s of network %q (%d of %d) at %s, expecting %s; inner CONNECT %s to %s (%s), expecting %s",
+				p.Dst, via, p.authority(), g.Name, g.Network, g.Instance+1, g.Instances, g.Address, strings.Join(g.Identities, " or "),
+				p.authority(), p.Target, p.HBONEAddress, strings.Join(p.Identities, " or "))
+		}
 		return fmt.Sprintf("%s via %s: CONNECT %s at %s, expecting %s",
-			p.Dst, via, p.Target, p.HBONEAddress, strings.Join(p.Identities, " or "))
+			p.Dst, via, p.authority(), p.HBONEAddress, strings.Join(p.Identities, " or "))
 	case Direct:
 		return fmt.Sprintf("%s via %s: direct TCP to %s", p.Dst, via, p.Target)
 	default:
 		return fmt.Sprintf("%s: denied: %s", p.Dst, p.Reason)
 	}
+}
+
+// authority is the CONNECT's :authority.
+func (p Plan) authority() string {
+	if p.Authority != "" {
+		return p.Authority
+	}
+	return p.Target.String()
 }
 
 // Router maps a captured destination to a Plan. It is built once from a
@@ -105,7 +142,9 @@ func (p Plan) String() string {
 // identity and the waypoint service's subject_alt_names); a service's
 // endpoint serves a port at its own target port, else the service's,
 // else not at all; and a workload of another network than this node's is
-// refused (Plan.OtherNetwork) until double HBONE exists.
+// reached through its network's gateway as double HBONE (Plan.Gateway;
+// a service's hostname and port as the :authority), or refused
+// (Plan.OtherNetwork) when that network has no known gateway.
 type Router struct {
 	// The file's entries: built once per config (NewRouter).
 	services  map[netip.Addr]*serviceRoute // by VIP
@@ -130,8 +169,10 @@ type workloadRoute struct {
 	name      string // namespace/name
 	direct    bool   // protocol TCP: dialled as it is, no HBONE
 	identity  string
-	addresses []netip.Addr // w's, unmapped
-	network   string       // set for a workload of another network than ours
+	addresses []netip.Addr     // w's, unmapped
+	network   string           // set for a workload of another network than ours
+	named     *config.Waypoint // network's gateway as named (network set only)
+	gateway   *config.Waypoint // named, when it has instances and w speaks HBONE
 	w         *config.Workload
 }
 
@@ -203,9 +244,17 @@ func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
 		identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
 		w:        w, // never changed once in force: shared, not copied
 	}
-	// The file's workloads carry no network: they are ours.
-	if w.Source == config.SourceXDS && w.Network != cfg.Network {
-		wr.network = w.Network
+	// A file's workload without a network is ours; the mesh's are in
+	// the network istiod says.
+	switch {
+	case w.Source == config.SourceXDS && w.Network != cfg.Network:
+		wr.network, wr.named = w.Network, w.NetworkGateway
+	case w.Source != config.SourceXDS && w.Network != "" && w.Network != cfg.Network:
+		wr.network, wr.named = w.Network, fileGateway(cfg, w.Network)
+	}
+	// A protocol TCP workload has nothing to end the inner HBONE.
+	if gw := wr.named; gw != nil && len(gw.Endpoints) > 0 && !wr.direct {
+		wr.gateway = gw
 	}
 	wr.addresses = w.Addresses // the mesh's are unmapped: shared
 	if slices.ContainsFunc(w.Addresses, netip.Addr.Is4In6) {
@@ -240,7 +289,7 @@ func newServiceRoute(s *config.Service, byName func(string) (*workloadRoute, boo
 			}
 			switch {
 			case t == 0: // neither the endpoint nor the service says where
-			case w.network != "":
+			case w.network != "" && w.gateway == nil:
 				sr.remote[port] = w.network
 			default:
 				sr.byPort[port] = append(sr.byPort[port], endpointRoute{w, t})
@@ -280,13 +329,13 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	}
 	if ok {
 		plan.Via = "workload " + w.name
-		if w.network != "" {
-			return r.otherNetwork(plan, "workload "+w.name, w.network)
+		if w.network != "" && w.gateway == nil {
+			return r.otherNetwork(plan, "workload "+w.name, w.network, w.named, w.direct)
 		}
-		if w.w.Waypoint != nil {
+		if w.w.Waypoint != nil && w.gateway == nil {
 			return waypointRoute(plan, w.w.Waypoint, pick)
 		}
-		return w.route(plan, dst)
+		return w.route(plan, dst, pick)
 	}
 	for _, p := range r.peers {
 		if p.prefix.Contains(dst.Addr()) {
@@ -301,14 +350,58 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	return plan
 }
 
-// otherNetwork denies plan: its destination what is in network.
-func (r *Router) otherNetwork(plan Plan, what, network string) Plan {
+// otherNetwork denies plan: its destination what is in network, whose
+// gateway gw (nil: none) has no instance, or cannot carry a direct
+// (protocol TCP) destination.
+func (r *Router) otherNetwork(plan Plan, what, network string, gw *config.Waypoint, direct bool) Plan {
 	plan.OtherNetwork = network
 	ours := r.network
 	if ours == "" {
 		ours = `""`
 	}
-	plan.Reason = fmt.Sprintf("%s is in network %q, not this node's (%s): crossing networks (double HBONE) is not supported", what, network, ours)
+	why := "which has no network gateway"
+	switch {
+	case gw != nil && len(gw.Endpoints) > 0 && direct:
+		why = fmt.Sprintf("and speaks plain TCP: nothing behind network gateway %s would end the inner HBONE", gw.Name)
+	case gw != nil:
+		why = fmt.Sprintf("whose network gateway %s is not known (or has no instance)", gw.Name)
+	}
+	plan.Reason = fmt.Sprintf("%s is in network %q, not this node's (%s), %s: crossing networks (double HBONE) needs one", what, network, ours, why)
+	return plan
+}
+
+// fileGateway is the gateway of network as cfg's [[networks]] declares
+// it, or nil.
+func fileGateway(cfg *config.Config, network string) *config.Waypoint {
+	for _, n := range cfg.Networks {
+		if n.Name == network {
+			return &config.Waypoint{Name: n.Gateway.String(),
+				Endpoints: []config.WaypointEndpoint{{Address: n.Gateway, Identity: n.Identity}}}
+		}
+	}
+	return nil
+}
+
+// viaGateway completes plan, routed to w of another network, with w's
+// network gateway as the outer hop. The :authority is the service's
+// hostname and the port the client dialled, as ztunnel sends it, when
+// the flow is for a service with a hostname.
+func viaGateway(plan Plan, w *workloadRoute, pick Pick) Plan {
+	gw := w.gateway
+	n := len(gw.Endpoints)
+	i := choose(pick, "gateway "+gw.Name, n)
+	ep := gw.Endpoints[i]
+	hop := &GatewayHop{Name: gw.Name, Network: w.network, Address: ep.Address,
+		Identities: []string{ep.Identity}, Instance: i, Instances: n}
+	for _, san := range gw.SubjectAltNames {
+		if !slices.Contains(hop.Identities, san) {
+			hop.Identities = append(hop.Identities, san)
+		}
+	}
+	plan.Gateway = hop
+	if plan.Host != "" {
+		plan.Authority = plan.Host + ":" + strconv.Itoa(int(plan.Dst.Port()))
+	}
 	return plan
 }
 
@@ -361,7 +454,7 @@ func (s *serviceRoute) route(plan Plan, pick Pick, r *Router) Plan {
 	plan.Endpoints = n
 	if n == 0 {
 		if net, ok := s.remote[plan.Dst.Port()]; ok {
-			return r.otherNetwork(plan, "every endpoint of service "+s.name, net)
+			return r.otherNetwork(plan, "every endpoint of service "+s.name, net, nil, false)
 		}
 		plan.Reason = fmt.Sprintf("service %s has no endpoints for port %d", s.name, plan.Dst.Port())
 		return plan
@@ -374,7 +467,7 @@ func (s *serviceRoute) route(plan Plan, pick Pick, r *Router) Plan {
 		plan.Reason = fmt.Sprintf("service %s: endpoint %s has no address", s.name, w.name)
 		return plan
 	}
-	plan = w.route(plan, netip.AddrPortFrom(addr, eps[i].port))
+	plan = w.route(plan, netip.AddrPortFrom(addr, eps[i].port), pick)
 	for _, san := range s.sans {
 		if plan.Kind == HBONE && !slices.Contains(plan.Identities, san) {
 			plan.Identities = append(plan.Identities, san)
@@ -399,8 +492,9 @@ func (s *serviceRoute) portList() string {
 	return b.String()
 }
 
-// route completes plan for a flow to target, an address of w.
-func (w *workloadRoute) route(plan Plan, target netip.AddrPort) Plan {
+// route completes plan for a flow to target, an address of w; through
+// w's network gateway when w is of another network.
+func (w *workloadRoute) route(plan Plan, target netip.AddrPort, pick Pick) Plan {
 	plan.Target = target
 	if w.direct {
 		plan.Kind = Direct
@@ -409,6 +503,9 @@ func (w *workloadRoute) route(plan Plan, target netip.AddrPort) Plan {
 	plan.Kind = HBONE
 	plan.HBONEAddress = w.w.HBONEAddress
 	plan.Identities = []string{w.identity}
+	if w.gateway != nil {
+		return viaGateway(plan, w, pick)
+	}
 	return plan
 }
 
@@ -424,4 +521,73 @@ func (w *workloadRoute) addressLike(like netip.Addr) (netip.Addr, bool) {
 		return w.addresses[0], true
 	}
 	return netip.Addr{}, false
+}
+
+// nameTarget is the target of a flow to service host's port arriving
+// at local (inbound through a network gateway), as ztunnel's
+// find_inbound_upstream reads it, for a node that serves more than its
+// own address: the service's endpoint at local, else one of its
+// endpoints this node serves (an address in served; pick chooses among
+// several), each at the port the service maps port to on that endpoint;
+// with no such endpoint, local itself at the service's target port.
+func (r *Router) nameTarget(host string, port uint16, vips []netip.Addr, local netip.Addr,
+	served func(netip.Addr) bool, pick Pick) (netip.AddrPort, error) {
+	found := r.serviceByName(host, port, vips)
+	if found == nil {
+		return netip.AddrPort{}, fmt.Errorf("no service %s with port %d", host, port)
+	}
+	s := found.serviceRoute
+	var ours []netip.AddrPort
+	for _, ep := range s.byPort[port] {
+		if ep.w.network != "" {
+			continue
+		}
+		if slices.Contains(ep.w.addresses, local) {
+			return netip.AddrPortFrom(local, ep.port), nil
+		}
+		for _, a := range ep.w.addresses {
+			if served(a) {
+				ours = append(ours, netip.AddrPortFrom(a, ep.port))
+				break
+			}
+		}
+	}
+	if len(ours) > 0 {
+		return ours[choose(pick, s.name, len(ours))], nil
+	}
+	if t := s.ports[port]; t != 0 {
+		return netip.AddrPortFrom(local, t), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("service %s: no target port for port %d at %s", s.name, port, local)
+}
+
+// namedService is a service found by its hostname, at one of its VIPs.
+type namedService struct {
+	*serviceRoute
+	vip netip.Addr
+}
+
+// serviceByName is the service of hostname host that has port, among
+// those at vips (host's addresses in the DNS zone): the file's first, as
+// Route looks them up; nil if none.
+func (r *Router) serviceByName(host string, port uint16, vips []netip.Addr) *namedService {
+	for _, vip := range vips {
+		vip = vip.Unmap()
+		cands := r.mesh.servicesAt(vip)
+		if fs, ok := r.services[vip]; ok {
+			cands = append([]*serviceRoute{fs}, cands...)
+		}
+		for _, c := range cands {
+			if _, ok := c.ports[port]; ok && strings.EqualFold(c.hostname, host) {
+				return &namedService{c, vip}
+			}
+		}
+	}
+	return nil
+}
+
+// servicesAt is the mesh's services at vip.
+func (m *meshRoutes) servicesAt(vip netip.Addr) []*serviceRoute {
+	ss, _ := m.services.Get(vip.Unmap())
+	return slices.Clone(ss)
 }

@@ -279,9 +279,9 @@ func TestRouteMesh(t *testing.T) {
 		{name: "unknown waypoint", dst: "10.1.0.61:8080",
 			want: "10.1.0.61:8080: denied: workload default/lost: its waypoint default/gone.default.svc.cluster.local is not known (or has no instance)"},
 		{name: "workload of another network", dst: "10.9.0.1:80", network: "net-2",
-			want: `10.9.0.1:80: denied: workload default/far is in network "net-2", not this node's (net-1): crossing networks (double HBONE) is not supported`},
+			want: `10.9.0.1:80: denied: workload default/far is in network "net-2", not this node's (net-1), which has no network gateway: crossing networks (double HBONE) needs one`},
 		{name: "service with endpoints in another network only", dst: "10.96.0.30:80", network: "net-2",
-			want: `10.96.0.30:80: denied: every endpoint of service default/remote is in network "net-2", not this node's (net-1): crossing networks (double HBONE) is not supported`},
+			want: `10.96.0.30:80: denied: every endpoint of service default/remote is in network "net-2", not this node's (net-1), which has no network gateway: crossing networks (double HBONE) needs one`},
 		{name: "a file workload is in our network", dst: "10.1.0.70:22",
 			want: "10.1.0.70:22 via workload default/local: CONNECT 10.1.0.70:22 at 10.1.0.70:15008, expecting spiffe://cluster.local/ns/default/sa/local"},
 	} {
@@ -300,5 +300,141 @@ func TestRouteMesh(t *testing.T) {
 				t.Errorf("Identities = %q, want %q", p.Identities, tc.identities)
 			}
 		})
+	}
+}
+
+// meshCrossNetworkConfig is meshRouterConfig with net-2's gateway known
+// to some of net-2's workloads: far-gw and the endpoint of service
+// "cross", whose other endpoint is ours; lost-gw names a gateway istiod
+// did not send; far-tcp speaks plain TCP.
+func meshCrossNetworkConfig() *config.Config {
+	cfg := meshRouterConfig()
+	ap := netip.MustParseAddrPort
+	ad := netip.MustParseAddr
+	gw := &config.Waypoint{Name: "istio-system/istio-eastwestgateway.istio-system.svc.cluster.local",
+		Endpoints: []config.WaypointEndpoint{
+			{Address: ap("203.0.113.10:15008"), Identity: "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"},
+			{Address: ap("203.0.113.11:15008"), Identity: "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"}},
+		SubjectAltNames: []string{"spiffe://cluster.local/ns/istio-system/sa/ew-alt"}}
+	xw := func(name, addr string) config.Workload {
+		return config.Workload{Name: name, Namespace: "default", ServiceAccount: name, Protocol: "HBONE", Source: config.SourceXDS, Network: "net-2",
+			Addresses: []netip.Addr{ad(addr)}, HBONEAddress: netip.AddrPortFrom(ad(addr), 15008), Identity: "spiffe://cluster.local/ns/default/sa/" + name,
+			NetworkGateway: gw}
+	}
+	lost := xw("lost-gw", "10.9.0.3")
+	lost.NetworkGateway = &config.Waypoint{Name: "198.51.100.1"}
+	tcp := xw("far-tcp", "10.9.0.4")
+	tcp.Protocol = "TCP"
+	cfg.Workloads = append(cfg.Workloads, xw("far-gw", "10.9.0.2"), lost, tcp)
+	cfg.Services = append(cfg.Services, config.Service{Name: "cross", Namespace: "default", Hostname: "cross.default.svc.cluster.local", Source: config.SourceXDS,
+		VIPs: []netip.Addr{ad("10.96.0.40")}, Ports: map[uint16]uint16{80: 8080}, Endpoints: []string{"default/far-gw", "default/web-1"},
+		SubjectAltNames: []string{"spiffe://cluster.local/ns/default/sa/cross"}})
+	return cfg
+}
+
+func TestRouteCrossNetwork(t *testing.T) {
+	r := NewRouter(meshCrossNetworkConfig())
+	fixed := func(i int) Pick { return func(string, int) int { return i } }
+	gwIDs := []string{"spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway", "spiffe://cluster.local/ns/istio-system/sa/ew-alt"}
+	for _, tc := range []struct {
+		name      string
+		dst       string
+		pick      int
+		want      string // Plan.String()
+		network   string // Plan.OtherNetwork
+		authority string
+		gwAddr    string
+		inner     []string
+	}{
+		{name: "service endpoint behind the gateway: hostname and service port both hops", dst: "10.96.0.40:80", pick: 0,
+			want:      `10.96.0.40:80 via service default/cross, endpoint default/far-gw (1 of 2): double HBONE: outer CONNECT cross.default.svc.cluster.local:80 at network gateway istio-system/istio-eastwestgateway.istio-system.svc.cluster.local of network "net-2" (1 of 2) at 203.0.113.10:15008, expecting spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway or spiffe://cluster.local/ns/istio-system/sa/ew-alt; inner CONNECT cross.default.svc.cluster.local:80 to 10.9.0.2:8080 (10.9.0.2:15008), expecting spiffe://cluster.local/ns/default/sa/far-gw or spiffe://cluster.local/ns/default/sa/cross`,
+			authority: "cross.default.svc.cluster.local:80", gwAddr: "203.0.113.10:15008",
+			inner: []string{"spiffe://cluster.local/ns/default/sa/far-gw", "spiffe://cluster.local/ns/default/sa/cross"}},
+		{name: "the service's endpoint of our network stays direct", dst: "10.96.0.40:80", pick: 1,
+			want: "10.96.0.40:80 via service default/cross, endpoint default/web-1 (2 of 2): CONNECT 10.1.0.1:8080 at 10.1.0.1:15008, expecting spiffe://cluster.local/ns/default/sa/web-1 or spiffe://cluster.local/ns/default/sa/cross"},
+		{name: "workload by address: its ip:port both hops", dst: "10.9.0.2:9000", pick: 1,
+			want:   `10.9.0.2:9000 via workload default/far-gw: double HBONE: outer CONNECT 10.9.0.2:9000 at network gateway istio-system/istio-eastwestgateway.istio-system.svc.cluster.local of network "net-2" (2 of 2) at 203.0.113.11:15008, expecting spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway or spiffe://cluster.local/ns/istio-system/sa/ew-alt; inner CONNECT 10.9.0.2:9000 to 10.9.0.2:9000 (10.9.0.2:15008), expecting spiffe://cluster.local/ns/default/sa/far-gw`,
+			gwAddr: "203.0.113.11:15008", inner: []string{"spiffe://cluster.local/ns/default/sa/far-gw"}},
+		{name: "gateway named but not known", dst: "10.9.0.3:80", network: "net-2",
+			want: `10.9.0.3:80: denied: workload default/lost-gw is in network "net-2", not this node's (net-1), whose network gateway 198.51.100.1 is not known (or has no instance): crossing networks (double HBONE) needs one`},
+		{name: "a plain TCP workload cannot end the inner HBONE", dst: "10.9.0.4:80", network: "net-2",
+			want: `10.9.0.4:80: denied: workload default/far-tcp is in network "net-2", not this node's (net-1), and speaks plain TCP: nothing behind network gateway istio-system/istio-eastwestgateway.istio-system.svc.cluster.local would end the inner HBONE: crossing networks (double HBONE) needs one`},
+		{name: "no gateway: today's refusal", dst: "10.9.0.1:80", network: "net-2",
+			want: `10.9.0.1:80: denied: workload default/far is in network "net-2", not this node's (net-1), which has no network gateway: crossing networks (double HBONE) needs one`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := r.Route(netip.MustParseAddrPort(tc.dst), fixed(tc.pick))
+			if got := p.String(); got != tc.want {
+				t.Errorf("plan\n got %s\nwant %s", got, tc.want)
+			}
+			if p.OtherNetwork != tc.network {
+				t.Errorf("OtherNetwork = %q, want %q", p.OtherNetwork, tc.network)
+			}
+			if p.Authority != tc.authority {
+				t.Errorf("Authority = %q, want %q", p.Authority, tc.authority)
+			}
+			if tc.gwAddr == "" {
+				if p.Gateway != nil {
+					t.Errorf("Gateway = %+v, want none", p.Gateway)
+				}
+				return
+			}
+			if p.Kind != HBONE || p.Gateway == nil || p.Gateway.Address.String() != tc.gwAddr || !slices.Equal(p.Gateway.Identities, gwIDs) {
+				t.Fatalf("Kind %v Gateway %+v, want HBONE through %s expecting %v", p.Kind, p.Gateway, tc.gwAddr, gwIDs)
+			}
+			if !slices.Equal(p.Identities, tc.inner) {
+				t.Errorf("inner Identities = %q, want %q", p.Identities, tc.inner)
+			}
+		})
+	}
+}
+
+// The file form: a [[networks]] entry and a workload that names it are
+// routed as the mesh's would be; a network the file does not declare is
+// refused by Validate.
+func TestRouteFileNetworks(t *testing.T) {
+	text := `version = 1
+[gateway]
+name = "vm-1"
+[tls]
+cert = "c.pem"
+key = "k.pem"
+trust_bundle = "ca.pem"
+[[networks]]
+name = "cluster-net"
+gateway = "203.0.113.10:15008"
+identity = "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"
+[[workloads]]
+name = "db"
+namespace = "data"
+addresses = ["10.244.7.5"]
+network = "cluster-net"
+[[workloads]]
+name = "local"
+namespace = "data"
+addresses = ["10.0.0.5"]
+[[services]]
+name = "db"
+namespace = "data"
+hostname = "db.data.svc.cluster.local"
+vips = ["10.96.7.1"]
+ports = { 5432 = 5432 }
+endpoints = ["data/db"]
+`
+	cfg, err := config.Parse([]byte(text), "networks.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ExplainConfig(cfg, netip.MustParseAddrPort("10.96.7.1:5432"), 0)
+	want := `10.96.7.1:5432 via service data/db, endpoint data/db (1 of 1): double HBONE: outer CONNECT db.data.svc.cluster.local:5432 at network gateway 203.0.113.10:15008 of network "cluster-net" (1 of 1) at 203.0.113.10:15008, expecting spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway; inner CONNECT db.data.svc.cluster.local:5432 to 10.244.7.5:5432 (10.244.7.5:15008), expecting spiffe://cluster.local/ns/data/sa/default`
+	if got := a.Plan.String(); got != want {
+		t.Errorf("plan\n got %s\nwant %s", got, want)
+	}
+	if p := ExplainConfig(cfg, netip.MustParseAddrPort("10.0.0.5:22"), 0); p.Gateway != nil || p.Kind != HBONE {
+		t.Errorf("a workload without a network is ours: %s", p.Plan)
+	}
+	bad := strings.Replace(text, `network = "cluster-net"`, `network = "elsewhere"`, 1)
+	if _, err := config.Parse([]byte(bad), "bad.toml"); err == nil || !strings.Contains(err.Error(), `network "elsewhere" is not declared`) {
+		t.Errorf("Parse of a workload in an undeclared network = %v", err)
 	}
 }

@@ -31,6 +31,37 @@ type ConnectRequest struct {
 	Host string
 	// Baggage, if set, is sent as the baggage header.
 	Baggage string
+
+	// AuthorityName, if set, is sent as :authority instead of
+	// Authority: a service's "hostname:port", as ztunnel addresses a
+	// destination behind a network gateway (docs/hbone.md, "Double
+	// HBONE"). Authority stays the target the flow is for.
+	AuthorityName string
+	// Gateway, if set, is the network gateway the flow goes through as
+	// double HBONE: an outer CONNECT to the gateway (pooled, keyed on
+	// the gateway's address and identities), and inside its stream an
+	// inner mutual TLS and HTTP/2 connection of this flow alone to the
+	// destination, which must present one of Identities. Address is then
+	// the destination's own HBONE address, not dialled.
+	Gateway *GatewayHop
+	// Network, if set with Gateway, is this node's network, sent as
+	// x-forwarded-network on the inner CONNECT (ztunnel's): the
+	// destination reads from it that the flow came through a gateway.
+	Network string
+
+	// traceparent, if set, is sent instead of a fresh one: the outer and
+	// inner CONNECT of one flow carry the same (ztunnel's).
+	traceparent string
+	// inner marks the inner CONNECT of a double-HBONE flow: not counted
+	// in the pool's stream counters (the outer one is).
+	inner bool
+}
+
+// GatewayHop is the outer hop of a double-HBONE flow: a network
+// gateway's HBONE address and the identities it may present.
+type GatewayHop struct {
+	Address    netip.AddrPort
+	Identities []string
 }
 
 // check refuses requests the pool cannot key or the server cannot parse.
@@ -46,24 +77,61 @@ func (r *ConnectRequest) check() error {
 	if !httpguts.ValidHeaderFieldValue(r.Baggage) {
 		return fmt.Errorf("hbone: connect %s: baggage %q is not a valid header value", r.Address, r.Baggage)
 	}
-	for _, c := range []byte(r.Host) {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '-' || c == '_'
-		if !ok {
-			return fmt.Errorf("hbone: connect %s: host %q is not a hostname", r.Address, r.Host)
+	if !isHostname(r.Host) && r.Host != "" {
+		return fmt.Errorf("hbone: connect %s: host %q is not a hostname", r.Address, r.Host)
+	}
+	if r.AuthorityName != "" {
+		if _, _, err := ParseNameAuthority(r.AuthorityName); err != nil {
+			return fmt.Errorf("hbone: connect %s: %w", r.Address, err)
+		}
+	}
+	if g := r.Gateway; g != nil {
+		switch {
+		case !g.Address.IsValid():
+			return fmt.Errorf("hbone: connect %s: no network gateway address", r.Address)
+		case len(g.Identities) == 0:
+			return fmt.Errorf("hbone: connect %s: no expected identity for network gateway %s", r.Address, g.Address)
+		}
+		if !httpguts.ValidHeaderFieldValue(r.Network) {
+			return fmt.Errorf("hbone: connect %s: network %q is not a valid header value", r.Address, r.Network)
 		}
 	}
 	return nil
+}
+
+// isHostname reports whether s is a non-empty run of letters, digits,
+// '.', '-' and '_'.
+func isHostname(s string) bool {
+	for _, c := range []byte(s) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '.' || c == '-' || c == '_'
+		if !ok {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// target is the :authority of the request.
+func (r *ConnectRequest) target() string {
+	if r.AuthorityName != "" {
+		return r.AuthorityName
+	}
+	return netip.AddrPortFrom(r.Authority.Addr().WithZone(""), r.Authority.Port()).String()
 }
 
 // header builds the CONNECT request's header block fields
 // (docs/hbone.md, "The CONNECT request"): :method and :authority, no
 // :scheme or :path (RFC 9113 §8.5), no user-agent.
 func (r *ConnectRequest) header(target string) []hpack.HeaderField {
+	tp := r.traceparent
+	if tp == "" {
+		tp = clientTraceparent()
+	}
 	h := []hpack.HeaderField{
 		{Name: ":method", Value: "CONNECT"},
 		{Name: ":authority", Value: target},
-		{Name: "traceparent", Value: clientTraceparent()},
+		{Name: "traceparent", Value: tp},
 	}
 	if r.Source.IsValid() {
 		fwd := `for="` + r.Source.String() + `"`
@@ -74,6 +142,9 @@ func (r *ConnectRequest) header(target string) []hpack.HeaderField {
 	}
 	if r.Baggage != "" {
 		h = append(h, hpack.HeaderField{Name: "baggage", Value: r.Baggage})
+	}
+	if r.inner && r.Network != "" {
+		h = append(h, hpack.HeaderField{Name: "x-forwarded-network", Value: r.Network})
 	}
 	return h
 }
@@ -115,6 +186,9 @@ func clientHex64(b []byte, v uint64) []byte {
 func (p *Pool) Connect(ctx context.Context, req ConnectRequest) (*ClientStream, error) {
 	if err := req.check(); err != nil {
 		return nil, err
+	}
+	if req.Gateway != nil {
+		return p.connectDouble(ctx, req)
 	}
 	key := p.keyFor(&req)
 	for attempt := 1; ; attempt++ {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -39,7 +40,7 @@ func newClientConn(tc net.Conn, bc *batchConn, log hclog.Logger, onState func(),
 // the answer. When it fails, retry says whether the peer certainly did
 // not process the request (RFC 9113 §8.7), so that it may be sent again.
 func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (s *ClientStream, retry bool, err error) {
-	target := netip.AddrPortFrom(req.Authority.Addr().WithZone(""), req.Authority.Port()).String()
+	target := req.target()
 	fail := func(err error) (*ClientStream, bool, error) {
 		return nil, errors.Is(err, errUnprocessed), fmt.Errorf("hbone: connect %s via %s: %w", target, req.Address, err)
 	}
@@ -47,25 +48,30 @@ func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (s *
 	if err := pc.cc.openStream(&s.h2Stream, req.header(target)); err != nil {
 		return fail(err)
 	}
+	count := func(c *atomic.Uint64) {
+		if !req.inner {
+			c.Add(1)
+		}
+	}
 	select {
 	case <-s.resp:
 	case <-ctx.Done():
 		s.abort()
-		p.streamsFailed.Add(1)
+		count(&p.streamsFailed)
 		return fail(ctx.Err())
 	}
 	status, rerr := s.response()
 	switch {
 	case status == http.StatusOK:
-		p.streamsOpened.Add(1)
+		count(&p.streamsOpened)
 		return s, false, nil
 	case status != 0:
 		s.abort()
-		p.streamsFailed.Add(1)
+		count(&p.streamsFailed)
 		return nil, false, &StatusError{Code: status}
 	default:
 		s.abort()
-		p.streamsFailed.Add(1)
+		count(&p.streamsFailed)
 		return fail(rerr)
 	}
 }
@@ -80,11 +86,25 @@ func (p *Pool) open(ctx context.Context, pc *poolConn, req *ConnectRequest) (s *
 type ClientStream struct {
 	h2Stream
 	pc *poolConn
+	// outer is the gateway's stream that carries this one (double
+	// HBONE, double.go); nil for a direct stream.
+	outer *ClientStream
 }
 
-// PeerIdentity is the server's SPIFFE ID.
+// PeerIdentity is the server's SPIFFE ID: for a double-HBONE stream the
+// destination's, proved by the inner TLS.
 func (s *ClientStream) PeerIdentity() string {
 	return s.pc.peerID
+}
+
+// Gateway is the network gateway a double-HBONE stream goes through:
+// its HBONE address and the identity its certificate proved; ok is
+// false for a direct stream.
+func (s *ClientStream) Gateway() (addr netip.AddrPort, identity string, ok bool) {
+	if s.outer == nil {
+		return netip.AddrPort{}, "", false
+	}
+	return s.outer.pc.key.addr, s.outer.pc.peerID, true
 }
 
 var _ io.ReadWriteCloser = (*ClientStream)(nil)

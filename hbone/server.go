@@ -90,6 +90,11 @@ type ServerOptions struct {
 	// for handlers to return: they should watch Request.Context and stop
 	// when the stream's I/O fails.
 	Handler func(*Request)
+	// NameAuthorities accepts a CONNECT whose :authority is
+	// "hostname:port" (Request.TargetName), as ztunnel addresses a
+	// service behind a network gateway; without it such a request is
+	// refused with 400.
+	NameAuthorities bool
 	// MaxConcurrentStreams per connection; default 200. Streams beyond it
 	// are refused with RST_STREAM(REFUSED_STREAM).
 	MaxConcurrentStreams uint32

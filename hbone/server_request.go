@@ -18,13 +18,21 @@ type Request struct {
 	st     *ServerStream
 	srv    *Server
 	target netip.AddrPort
+	name   string // a hostname:port :authority (ServerOptions.NameAuthorities)
 	header http.Header
 	peerID string
 	remote net.Addr
+	local  net.Addr
 }
 
-// Target is the parsed :authority: where the client wants to go.
+// Target is the parsed :authority: where the client wants to go. It is
+// the zero value when the :authority is a hostname (TargetName).
 func (r *Request) Target() netip.AddrPort { return r.target }
+
+// TargetName is the :authority when it is "hostname:port", the form
+// ztunnel sends through a network gateway, accepted only with
+// ServerOptions.NameAuthorities; "" when it is ip:port (Target).
+func (r *Request) TargetName() string { return r.name }
 
 // PeerIdentity is the client's SPIFFE ID, from its verified certificate.
 func (r *Request) PeerIdentity() string { return r.peerID }
@@ -35,6 +43,11 @@ func (r *Request) Header() http.Header { return r.header }
 
 // RemoteAddr is the TCP address of the HBONE connection's peer.
 func (r *Request) RemoteAddr() net.Addr { return r.remote }
+
+// LocalAddr is the TCP address the HBONE connection arrived at: for a
+// hostname:port target (TargetName), the address of the destination
+// the client's side chose, as ztunnel's inbound takes it.
+func (r *Request) LocalAddr() net.Addr { return r.local }
 
 // Context is done when the stream or its connection ends (and when the
 // server closes): a handler dialling the target should give up then.
@@ -121,10 +134,14 @@ func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 	}
 	status := http.StatusRequestHeaderFieldsTooLarge
 	var target netip.AddrPort
+	var name string
 	var header http.Header
 	var err error
 	if !f.Truncated {
 		target, header, err = srvParseRequest(f.Fields)
+		if ne := (*srvNameAuthority)(nil); errors.As(err, &ne) && c.srv.opts.NameAuthorities {
+			name, err = ne.authority, nil
+		}
 		status = http.StatusBadRequest
 	}
 	if f.Truncated || err != nil {
@@ -145,9 +162,11 @@ func (c *srvConn) onRequestLocked(f *http2.MetaHeadersFrame) error {
 		st:     st,
 		srv:    c.srv,
 		target: target,
+		name:   name,
 		header: header,
 		peerID: PeerIdentity(c.tls.ConnectionState()),
 		remote: c.tls.RemoteAddr(),
+		local:  c.tls.LocalAddr(),
 	}
 	c.handlers++
 	c.wg.Add(1)
@@ -210,7 +229,20 @@ func srvParseRequest(fields []hpack.HeaderField) (netip.AddrPort, http.Header, e
 	}
 	target, err := srvParseAuthority(authority)
 	if err != nil {
+		if _, _, nerr := ParseNameAuthority(authority); nerr == nil {
+			return netip.AddrPort{}, header, &srvNameAuthority{authority, err}
+		}
 		return netip.AddrPort{}, nil, err
 	}
 	return target, header, nil
 }
+
+// srvNameAuthority is srvParseRequest's refusal of a valid request whose
+// :authority is hostname:port: the server takes it with
+// ServerOptions.NameAuthorities, and refuses it otherwise.
+type srvNameAuthority struct {
+	authority string
+	err       error
+}
+
+func (e *srvNameAuthority) Error() string { return e.err.Error() }

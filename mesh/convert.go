@@ -29,7 +29,7 @@ import (
 //     workload without an address (a hostname only) cannot be routed to
 //     and is left out.
 //   - A service "namespace/hostname": its VIPs (those of this node's
-//     network), its ports (service port → target port), hostname and
+//     network; with none there, those of the others), its ports (service port → target port), hostname and
 //     subject_alt_names. Its endpoints are the workloads whose services
 //     map names it, each with its own target ports (which win over the
 //     service's; ztunnel's find_upstream_from_service).
@@ -249,6 +249,7 @@ func convertService(s *workloadapi.Service, network string) (config.Service, err
 		}
 		c.Ports[uint16(p.GetServicePort())] = uint16(p.GetTargetPort())
 	}
+	var others []netip.Addr
 	for i, a := range s.GetAddresses() {
 		ip, ok := netip.AddrFromSlice(a.GetAddress())
 		if !ok {
@@ -256,7 +257,19 @@ func convertService(s *workloadapi.Service, network string) (config.Service, err
 		}
 		if a.GetNetwork() == network {
 			c.VIPs = append(c.VIPs, ip.Unmap())
+		} else {
+			others = append(others, ip.Unmap())
 		}
+	}
+	// A service with no VIP in our network is addressed by its VIPs in
+	// the others (our choice: ztunnel looks VIPs up in its own network
+	// only). A multi-network istiod gives a cluster's services VIPs of
+	// the cluster's network alone, so a VM in a network of its own could
+	// otherwise reach no service by its VIP; its endpoints there are
+	// reached through their network's gateway, or refused with the
+	// reason.
+	if len(c.VIPs) == 0 {
+		c.VIPs = others
 	}
 	for _, san := range c.SubjectAltNames {
 		if _, err := identity.Parse(san); err != nil {

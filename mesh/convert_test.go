@@ -386,3 +386,96 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// A workload of another network gets that network's gateway, resolved
+// as ztunnel's fetch_network_gateway: by address, the workload there; by
+// hostname, the gateway service's endpoints in that network at its
+// hbone_mtls_port, with its subject_alt_names. A workload of ours keeps
+// none.
+func TestConvertNetworkGateway(t *testing.T) {
+	ewSvc := "istio-system/istio-eastwestgateway.istio-system.svc.cluster.local"
+	byHost := &workloadapi.GatewayAddress{HboneMtlsPort: 15009, Destination: &workloadapi.GatewayAddress_Hostname{
+		Hostname: &workloadapi.NamespacedHostname{Namespace: "istio-system", Hostname: "istio-eastwestgateway.istio-system.svc.cluster.local"}}}
+	byAddr := &workloadapi.GatewayAddress{HboneMtlsPort: 15008, Destination: &workloadapi.GatewayAddress_Address{
+		Address: &workloadapi.NetworkAddress{Network: "net-2", Address: ip("203.0.113.10")}}}
+	snap := meshSnapshot()
+	snap.Addresses["ew-pod"] = wlAddr(&workloadapi.Workload{Uid: "ew-pod", Name: "ew-1", Namespace: "istio-system", ServiceAccount: "istio-eastwestgateway",
+		Addresses: [][]byte{ip("203.0.113.10")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2",
+		Services: map[string]*workloadapi.PortList{ewSvc: ports(15008, 15008)}})
+	snap.Addresses["ew-svc"] = svcAddr(&workloadapi.Service{Name: "istio-eastwestgateway", Namespace: "istio-system",
+		Hostname: "istio-eastwestgateway.istio-system.svc.cluster.local", SubjectAltNames: []string{"spiffe://cluster.local/ns/istio-system/sa/ew-alt"},
+		Ports: []*workloadapi.Port{{ServicePort: 15008, TargetPort: 15008}}})
+	snap.Addresses["remote-h"] = wlAddr(&workloadapi.Workload{Uid: "remote-h", Name: "remote-h", Namespace: "default",
+		Addresses: [][]byte{ip("10.9.0.5")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2", NetworkGateway: byHost})
+	snap.Addresses["remote-a"] = wlAddr(&workloadapi.Workload{Uid: "remote-a", Name: "remote-a", Namespace: "default",
+		Addresses: [][]byte{ip("10.9.0.6")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-2", NetworkGateway: byAddr})
+	snap.Addresses["ours"] = wlAddr(&workloadapi.Workload{Uid: "ours", Name: "ours", Namespace: "default",
+		Addresses: [][]byte{ip("10.1.0.9")}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Network: "net-1", NetworkGateway: byAddr})
+	st := Convert(snap, convNode)
+	wl := func(name string) *config.Workload {
+		w := find(st.Workloads, func(w config.Workload) string { return w.Name }, name)
+		if w == nil {
+			t.Fatalf("workload %s missing", name)
+		}
+		return w
+	}
+	ewID := "spiffe://cluster.local/ns/istio-system/sa/istio-eastwestgateway"
+	if got, want := wl("remote-h").NetworkGateway, (&config.Waypoint{Name: ewSvc,
+		Endpoints:       []config.WaypointEndpoint{{Address: netip.MustParseAddrPort("203.0.113.10:15009"), Identity: ewID}},
+		SubjectAltNames: []string{"spiffe://cluster.local/ns/istio-system/sa/ew-alt"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("by hostname: NetworkGateway = %+v, want %+v", got, want)
+	}
+	if got, want := wl("remote-a").NetworkGateway, (&config.Waypoint{Name: "203.0.113.10",
+		Endpoints: []config.WaypointEndpoint{{Address: netip.MustParseAddrPort("203.0.113.10:15008"), Identity: ewID}}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("by address: NetworkGateway = %+v, want %+v", got, want)
+	}
+	if got := wl("ours").NetworkGateway; got != nil {
+		t.Errorf("a workload of our network got a network gateway: %+v", got)
+	}
+	// The gateway's pod goes away: its users are emitted again, without
+	// instances (flows to them are then refused with the reason).
+	tr := NewTracker(convNode)
+	tr.Apply(Delta{Addresses: snap.Addresses, Authorizations: snap.Authorizations})
+	ch := tr.Apply(Delta{RemovedAddresses: []string{"ew-pod"}})
+	for _, res := range []string{"remote-h", "remote-a"} {
+		w, ok := ch.Workloads[res]
+		if !ok || w == nil || w.NetworkGateway == nil || len(w.NetworkGateway.Endpoints) != 0 {
+			t.Errorf("after the gateway's pod left, %s: emitted %v, %+v; want it again with a gateway of no instance", res, ok, w)
+		}
+	}
+}
+
+// Node.Network (mesh.network, ztunnel's NETWORK) is this node's network
+// whatever its own workload says, and with none at all.
+func TestConvertConfiguredNetwork(t *testing.T) {
+	node := convNode
+	node.Network = "vm-net"
+	st := Convert(meshSnapshot(), node)
+	if st.Network != "vm-net" {
+		t.Fatalf("Network = %q, want the configured vm-net", st.Network)
+	}
+	node.InstanceIPs = []netip.Addr{netip.MustParseAddr("192.0.2.1")} // no workload of ours
+	if st := Convert(meshSnapshot(), node); st.Network != "vm-net" || st.Self != nil {
+		t.Fatalf("without our workload: Network = %q, Self = %v; want vm-net, nil", st.Network, st.Self)
+	}
+}
+
+// A service whose VIPs are all of another network (a multi-network
+// istiod gives a cluster's services the cluster network's VIPs only) is
+// addressed by them; one with a VIP in ours keeps only ours.
+func TestConvertOtherNetworkVIPs(t *testing.T) {
+	snap := meshSnapshot()
+	snap.Addresses["only-far"] = svcAddr(&workloadapi.Service{Name: "far", Namespace: "default", Hostname: "far.default.svc.cluster.local",
+		Addresses: []*workloadapi.NetworkAddress{{Network: "net-2", Address: ip("10.96.9.1")}},
+		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}})
+	snap.Addresses["both"] = svcAddr(&workloadapi.Service{Name: "both", Namespace: "default", Hostname: "both.default.svc.cluster.local",
+		Addresses: []*workloadapi.NetworkAddress{{Network: "net-2", Address: ip("10.96.9.2")}, {Network: "net-1", Address: ip("10.96.9.3")}},
+		Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}})
+	st := Convert(snap, convNode)
+	for name, want := range map[string]string{"far": "10.96.9.1", "both": "10.96.9.3"} {
+		s := find(st.Services, func(s config.Service) string { return s.Name }, name)
+		if s == nil || len(s.VIPs) != 1 || s.VIPs[0] != netip.MustParseAddr(want) {
+			t.Errorf("service %s: %+v, want the one VIP %s", name, s, want)
+		}
+	}
+}

@@ -28,6 +28,12 @@ type Node struct {
 	// ClusterID is sent as CLUSTER_ID; NewXDSClient fills it from
 	// ControlPlane.ClusterID when empty.
 	ClusterID string
+	// Network, if set, is this node's network, as ztunnel's NETWORK
+	// setting: it wins over the network of the node's own workload, and
+	// stands when istiod sends none (a multi-network istiod sends only
+	// the workloads of its own network, so a VM in another network never
+	// gets its own WorkloadEntry).
+	Network string
 }
 
 func (n Node) check() error {

@@ -27,7 +27,8 @@ import (
 // fate depends only on the resources that share its keys:
 //
 //   - Claims. Workloads claim their addresses and their namespace/name;
-//     services claim each VIP:port of this node's network. A claim is won
+//     services claim each VIP:port of theirs (this node's network's,
+//     else, with none there, the others': convertService). A claim is won
 //     by the first claimant in the order (our network first, then
 //     resource name). A workload is kept when it wins all of its claims; a
 //     service when it wins all of its. A loser is rejected with the
@@ -83,7 +84,8 @@ type trackedWorkload struct {
 	cfg      config.Workload
 	services []memberOf // the services it names
 	waypoint *workloadapi.GatewayAddress
-	authz    []string // the policies selecting it
+	netGW    *workloadapi.GatewayAddress // its network's gateway (network_gateway)
+	authz    []string                    // the policies selecting it
 	kept     bool
 }
 
@@ -119,7 +121,7 @@ type trackedService struct {
 	res      string
 	key      string // namespace/hostname
 	msg      *workloadapi.Service
-	cfg      config.Service // our network's VIPs; no endpoints or waypoint
+	cfg      config.Service // its VIPs (convertService); no endpoints or waypoint
 	vipPorts []netip.AddrPort
 	err      error // the conversion's: such a service claims nothing
 	kept     bool
@@ -184,6 +186,7 @@ func NewTracker(node Node) *Tracker {
 	for _, ip := range node.InstanceIPs {
 		t.own[ip.Unmap()] = true
 	}
+	t.network = node.Network
 	t.resetIndexes()
 	return t
 }
@@ -238,6 +241,9 @@ func (t *Tracker) Apply(d Delta) Changes {
 }
 
 func (t *Tracker) networkOf(w *trackedWorkload) string {
+	if t.node.Network != "" {
+		return t.node.Network // configured, as ztunnel's NETWORK
+	}
 	if w == nil {
 		return ""
 	}
@@ -286,6 +292,7 @@ func (t *Tracker) removeAddress(name string) {
 			t.setMember(w, false)
 		}
 		t.unwatch(w.waypoint, "w"+name)
+		t.unwatch(w.netGW, "g"+name)
 		return
 	}
 	if s := t.svcs[name]; s != nil {
@@ -358,7 +365,7 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 	}
 	t.strs.workload(&c, len(t.wls))
 	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c, waypoint: msg.GetWaypoint(),
-		authz: msg.GetAuthorizationPolicies()}
+		netGW: msg.GetNetworkGateway(), authz: msg.GetAuthorizationPolicies()}
 	for svc, pl := range msg.GetServices() {
 		w.services = append(w.services, memberOf{svc, t.portsOf(pl)})
 	}
@@ -379,6 +386,7 @@ func (t *Tracker) claimWorkload(w *trackedWorkload) {
 	}
 	t.nameClaims[w.key] = t.claim(t.nameClaims[w.key], w)
 	t.watch(w.waypoint, "w"+w.res)
+	t.watch(w.netGW, "g"+w.res) // "g": a user of the target as its network gateway
 }
 
 func (t *Tracker) claim(list []*trackedWorkload, w *trackedWorkload) []*trackedWorkload {
@@ -572,7 +580,7 @@ func (t *Tracker) propagate() {
 	}
 	for target := range t.dirtyWP {
 		for user := range t.wpUsers[target] {
-			if user[0] == 'w' {
+			if user[0] == 'w' || user[0] == 'g' {
 				t.dirtyW[user[1:]] = true
 			} else {
 				t.dirtyS[user[1:]] = true
@@ -617,9 +625,12 @@ func (t *Tracker) emit(ch Changes) Changes {
 		var next *config.Workload
 		if w := t.wls[res]; w != nil && w.kept {
 			next = &w.cfg // never changed once converted: shared with the emitted entry
-			if w.waypoint != nil {
+			if w.waypoint != nil || w.netGW != nil && w.cfg.Network != t.network {
 				c := w.cfg
 				c.Waypoint = t.resolveWaypoint(w.waypoint)
+				if w.cfg.Network != t.network {
+					c.NetworkGateway = t.resolveGateway(w.netGW, w.cfg.Network)
+				}
 				next = &c
 			}
 		}
@@ -702,6 +713,15 @@ func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 
 // resolveWaypoint resolves a GatewayAddress to the waypoint's instances.
 func (t *Tracker) resolveWaypoint(gw *workloadapi.GatewayAddress) *config.Waypoint {
+	return t.resolveGateway(gw, t.network)
+}
+
+// resolveGateway resolves a GatewayAddress to its instances: a workload
+// at its address, or the endpoints in network of a service by hostname
+// or (our network's) VIP. It resolves a waypoint (our network) and a
+// network gateway of another network (ztunnel's fetch_network_gateway),
+// whose instances are in that network.
+func (t *Tracker) resolveGateway(gw *workloadapi.GatewayAddress, network string) *config.Waypoint {
 	if gw == nil {
 		return nil
 	}
@@ -736,7 +756,7 @@ func (t *Tracker) resolveWaypoint(gw *workloadapi.GatewayAddress) *config.Waypoi
 	wp.SubjectAltNames = slices.Clone(svc.msg.GetSubjectAltNames())
 	var eps []*trackedWorkload
 	for _, m := range t.members[svc.key] {
-		if !m.cfg.Unhealthy && m.cfg.Network == t.network {
+		if !m.cfg.Unhealthy && m.cfg.Network == network {
 			eps = append(eps, m)
 		}
 	}

@@ -57,6 +57,14 @@ func randomAddress(r *rand.Rand, name string) *workloadapi.Address {
 	for range r.IntN(3) {
 		w.Services["default/"+pick("web", "api", "wp")+".default.svc.cluster.local"] = ports(80, uint32(8000+r.IntN(3)))
 	}
+	if network == "net-2" {
+		switch r.IntN(3) {
+		case 0:
+			w.NetworkGateway = &workloadapi.GatewayAddress{Destination: &workloadapi.GatewayAddress_Address{Address: &workloadapi.NetworkAddress{Network: "net-2", Address: addr()}}}
+		case 1:
+			w.NetworkGateway = &workloadapi.GatewayAddress{Destination: &workloadapi.GatewayAddress_Hostname{Hostname: &workloadapi.NamespacedHostname{Namespace: "default", Hostname: pick("web", "wp") + ".default.svc.cluster.local"}}}
+		}
+	}
 	switch r.IntN(5) {
 	case 0:
 		w.Waypoint = &workloadapi.GatewayAddress{Destination: &workloadapi.GatewayAddress_Address{Address: &workloadapi.NetworkAddress{Network: "net-1", Address: addr()}}}

@@ -178,10 +178,24 @@ func printPlan(w io.Writer, a gateway.RouteAnswer) {
 	}
 	switch p.Kind {
 	case gateway.HBONE:
-		line("mode", "HBONE")
-		line("hbone", p.HBONEAddress.String())
-		line("authority", p.Target.String())
-		line("identities", strings.Join(p.Identities, ", "))
+		authority := p.Target.String()
+		if p.Authority != "" {
+			authority = p.Authority
+		}
+		if g := p.Gateway; g != nil {
+			line("mode", "double HBONE, through network "+strconv.Quote(g.Network)+"'s gateway")
+			line("gateway", fmt.Sprintf("%s (%d of %d)", g.Name, g.Instance+1, g.Instances))
+			line("outer hbone", g.Address.String())
+			line("outer ids", strings.Join(g.Identities, ", "))
+			line("authority", authority+" (outer and inner)")
+			line("inner ids", strings.Join(p.Identities, ", "))
+			line("target", fmt.Sprintf("%s (its HBONE at %s, reached by the gateway)", p.Target, p.HBONEAddress))
+		} else {
+			line("mode", "HBONE")
+			line("hbone", p.HBONEAddress.String())
+			line("authority", authority)
+			line("identities", strings.Join(p.Identities, ", "))
+		}
 		fwd := `for="<client ip:port>"`
 		if p.Host != "" {
 			fwd += ";host=" + p.Host

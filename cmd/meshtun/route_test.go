@@ -6,11 +6,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meshtun/meshtun/gateway"
 )
 
 // routeConfig is validConfig with services, workloads and an IPv6 peer.
@@ -273,5 +276,31 @@ func TestRouteWithoutCertificates(t *testing.T) {
 	out, err = exec.Command(bin, "route", "--config", bad, "10.96.0.10:80").CombinedOutput()
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "peers[0].cidrs[0]") {
 		t.Errorf("meshtun route of a broken config: %v, want exit 1 naming peers[0].cidrs[0]:\n%s", err, out)
+	}
+}
+
+// A plan through a network gateway prints both hops.
+func TestPrintPlanDoubleHBONE(t *testing.T) {
+	ap := netip.MustParseAddrPort
+	var out bytes.Buffer
+	printPlan(&out, gateway.RouteAnswer{Plan: gateway.Plan{
+		Kind: gateway.HBONE, Dst: ap("10.96.0.40:80"), Target: ap("10.9.0.2:8080"), HBONEAddress: ap("10.9.0.2:15008"),
+		Identities: []string{"spiffe://cluster.local/ns/default/sa/web"}, Via: "service default/web", Service: "default/web",
+		Host: "web.default.svc.cluster.local", Authority: "web.default.svc.cluster.local:80",
+		Gateway: &gateway.GatewayHop{Name: "istio-system/ew", Network: "net-2", Address: ap("203.0.113.10:15008"),
+			Identities: []string{"spiffe://cluster.local/ns/istio-system/sa/ew"}, Instances: 1},
+	}})
+	for _, want := range []string{
+		`mode:        double HBONE, through network "net-2"'s gateway`,
+		"gateway:     istio-system/ew (1 of 1)",
+		"outer hbone: 203.0.113.10:15008",
+		"outer ids:   spiffe://cluster.local/ns/istio-system/sa/ew",
+		"authority:   web.default.svc.cluster.local:80 (outer and inner)",
+		"inner ids:   spiffe://cluster.local/ns/default/sa/web",
+		"target:      10.9.0.2:8080 (its HBONE at 10.9.0.2:15008, reached by the gateway)",
+	} {
+		if !strings.Contains(out.String(), want+"\n") {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -362,6 +362,7 @@ func meshNode(cfg *config.Config, hostAddrs func() ([]netip.Addr, error)) (mesh.
 		ServiceAccount: cfg.Mesh.ServiceAccount,
 		InstanceIPs:    cfg.Mesh.InstanceIPs,
 		ClusterID:      cfg.Mesh.ClusterID,
+		Network:        cfg.Mesh.Network,
 	}
 	if h, err := os.Hostname(); err == nil {
 		n.NodeName = h
