@@ -200,7 +200,11 @@ func (e *env) writeConfigs() error {
 			return fmt.Errorf("bench: %s: found %q %d times, want once (did the example change shape?)", src, key, n)
 		}
 		spread := strings.Replace(s, key, fmt.Sprintf("conns_per_peer = %d\n", e.cfg.Spread)+key, 1)
-		for _, v := range []struct{ suffix, text string }{{"", s}, {"-spread", spread}} {
+		xnet, err := crossNetworkConfig(name, s)
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", src, err)
+		}
+		for _, v := range []struct{ suffix, text string }{{"", s}, {"-spread", spread}, {"-xnet", xnet}} {
 			dst := filepath.Join(e.dir, name+v.suffix+".toml")
 			if err := os.WriteFile(dst, []byte(v.text), 0o644); err != nil {
 				return err
@@ -211,6 +215,54 @@ func (e *env) writeConfigs() error {
 		}
 	}
 	return nil
+}
+
+// The -xnet variant (crossNetworkScenario): node B's server workload,
+// in network xnetName, whose east-west gateway is node B on
+// xnetGatewayPort. Node A reaches it through that gateway (double HBONE);
+// node B serves it to the gateway's inner connections.
+const (
+	xnetName        = "bench-remote"
+	xnetGatewayPort = 15009
+	// xnetServer is node B's workload address in the topology
+	// (topo's Node.Workload4): the configs are written before the
+	// topology exists; crossNetworkScenario checks the two agree.
+	xnetServer = "10.244.2.5"
+)
+
+// crossNetworkConfig is node's example config text s as the -xnet
+// variant: node B's address and identity are the examples' (192.0.2.2,
+// spiffe://cluster.local/ns/meshtun/sa/node-b), the server the topology's
+// workload address on node B.
+func crossNetworkConfig(node, s string) (string, error) {
+	const (
+		nodeB    = "192.0.2.2"
+		identity = "spiffe://cluster.local/ns/meshtun/sa/node-b"
+	)
+	server := fmt.Sprintf(`
+[[workloads]]
+name = "bench-server"
+namespace = "bench"
+addresses = [%q]
+hbone_address = "%s:15008"
+identity = %q
+`, xnetServer, nodeB, identity)
+	switch node {
+	case "node-a":
+		return s + fmt.Sprintf(`
+[[networks]]
+name = %q
+gateway = "%s:%d"
+identity = %q
+`, xnetName, nodeB, xnetGatewayPort, identity) + server + fmt.Sprintf("network = %q\n", xnetName), nil
+	case "node-b":
+		const key = "[gateway]\n"
+		if n := strings.Count(s, key); n != 1 {
+			return "", fmt.Errorf("found %q %d times, want once (did the example change shape?)", key, n)
+		}
+		return strings.Replace(s, key, key+fmt.Sprintf("east_west = \"0.0.0.0:%d\"\n", xnetGatewayPort), 1) + server, nil
+	}
+	return s, nil
 }
 
 // prepare sets what both paths share: room for tens of thousands of

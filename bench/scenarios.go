@@ -38,8 +38,9 @@ func Scenarios() []Scenario {
 		{"connmany", "connection rate, round-robin over many distinct destination IPs", false, connScenario("connmany", true)},
 		{"short1", "short connections one at a time: connect, 64 B each way, both FINs; connect and whole-connection latency", true, shortScenario("short1", 1)},
 		{"short8", "short connections, 8 at once", true, shortScenario("short8", 8)},
-		{"rr", "request/response latency: 64 B ping-pong on one established flow", true, rrScenario},
+		{"rr", "request/response latency: 64 B ping-pong on one established flow", true, rrScenario("rr", "", true)},
 		{"idle", "idle established flows: resident memory per flow of each gateway (fresh gateways per run)", false, idleScenario},
+		{"cross-network", "bulk1 and rr with node B's server in another network, reached as double HBONE through node B as its network's east-west gateway", false, crossNetworkScenario},
 		{"iperf3", "cross-check: iperf3, one flow node A → node B", false, iperfScenario},
 	}
 }
@@ -197,8 +198,14 @@ func bulkScenario(name string, flows int, mss int, peers bool) func(context.Cont
 					}
 					if p == e.pair {
 						// How many HBONE connections carry the flows
-						// (the pool keeps them after the run).
-						if n, err := p.tp.B.Established(ctx, 15008); err == nil {
+						// (the pool keeps them after the run): across
+						// networks, the outer ones to the gateway (the
+						// inner ones end with their flow).
+						port := 15008
+						if name == "cross-network" {
+							port = xnetGatewayPort
+						}
+						if n, err := p.tp.B.Established(ctx, port); err == nil {
 							r.Extra = fmt.Sprintf("[%d HBONE conn]", n)
 						}
 					}
@@ -227,6 +234,40 @@ func spreadScenario(ctx context.Context, e *env) (figs []*Figure, err error) {
 		f.Name = strings.Replace(f.Name, "(8 flows)", fmt.Sprintf("(8 flows, %d conns)", e.cfg.Spread), 1)
 	}
 	return figs, err
+}
+
+// crossNetworkScenario is bulk1 and rr on gateways restarted on the
+// -xnet configs (env.go, writeConfigs): node A holds node B's server as a
+// workload of another network whose east-west gateway is node B itself,
+// so every flow is double HBONE — an outer CONNECT to B's east-west
+// listener, carrying the inner TLS and HTTP/2 connection to B's own
+// HBONE listener. Against bulk1 and rr of the same run (the direct pair)
+// it is what crossing networks costs; the kernel path runs as for those.
+// The gateways go back to the examples' configs afterwards.
+func crossNetworkScenario(ctx context.Context, e *env) (figs []*Figure, err error) {
+	if w := e.pair.tp.B.Workload4.String(); w != xnetServer {
+		return nil, fmt.Errorf("node B's workload address is %s, the -xnet configs name %s", w, xnetServer)
+	}
+	if err := e.pair.restartGatewaysOn(ctx, "-xnet"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if rerr := e.pair.restartGatewaysOn(ctx, ""); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	figs, err = bulkScenario("cross-network", 1, 0, false)(ctx, e)
+	if err != nil {
+		return figs, err
+	}
+	for _, f := range figs {
+		f.Name = strings.Replace(f.Name, "cross-network", "bulk1 cross-network", 1)
+	}
+	rr, err := rrRuns(ctx, e, "cross-network-rr", ", cross-network", false)
+	for _, f := range rr {
+		f.Scenario = "cross-network"
+	}
+	return append(figs, rr...), err
 }
 
 // bulkFlows moves total bytes (op 'U' or 'D') over flows connections at
@@ -361,12 +402,18 @@ func connRate(ctx context.Context, p *path, targets []string, n, workers int) (f
 // and the stack are not latency).
 const rrWarmup = 100
 
-func rrScenario(ctx context.Context, e *env) ([]*Figure, error) {
-	p50 := &Figure{Scenario: "rr", Key: "rr.p50", Name: "latency p50 (64 B rr)", Unit: "µs"}
-	p99 := &Figure{Scenario: "rr", Key: "rr.p99", Name: "latency p99 (64 B rr)", Unit: "µs"}
+// rrScenario is the 64 B ping-pong as scenario name, its figures' names
+// carrying suffix, on the peer paths too if peers.
+func rrScenario(name, suffix string, peers bool) func(context.Context, *env) ([]*Figure, error) {
+	return func(ctx context.Context, e *env) ([]*Figure, error) { return rrRuns(ctx, e, name, suffix, peers) }
+}
+
+func rrRuns(ctx context.Context, e *env, name, suffix string, peers bool) ([]*Figure, error) {
+	p50 := &Figure{Scenario: name, Key: name + ".p50", Name: "latency p50 (64 B rr" + suffix + ")", Unit: "µs"}
+	p99 := &Figure{Scenario: name, Key: name + ".p99", Name: "latency p99 (64 B rr" + suffix + ")", Unit: "µs"}
 	figs := []*Figure{p50, p99}
 	for run := 0; run < e.cfg.Runs; run++ {
-		for _, p := range e.order(run, true) {
+		for _, p := range e.order(run, peers) {
 			var tail float64
 			r, err := p.measure(func() (float64, float64, error) {
 				dctx, cancel := context.WithTimeout(ctx, dialTimeout)
