@@ -96,12 +96,15 @@ demo: build
 
 ## demo-mesh: examples/vm-in-ambient-mesh run here: Istio's own control
 ## plane in process (interop/istiod), node A joins the mesh as the VM,
-## node B as a server workload, one transfer through a service VIP; needs
-## root. The first run builds Istio's dependency tree (many minutes; the
+## node B as a server workload, one transfer through a service VIP; then
+## the same with the VM in its own network, through node B as the
+## cluster network's east-west gateway (-networks); needs root. The first run builds Istio's dependency tree (many minutes; the
 ## build cache keeps it afterwards).
 demo-mesh: build
 	@echo "demo-mesh: building interop/istiod/cmd/demo-mesh; the first build compiles Istio's control plane and takes many minutes (interop/istiod/README.md, Build times), later ones seconds"
 	cd interop/istiod && $(GO) run ./cmd/demo-mesh -bin ../../$(BIN) -example ../../examples/vm-in-ambient-mesh
+	@echo "demo-mesh: the walkthrough's second part, the VM in its own network (double HBONE through node B as the cluster network's east-west gateway)"
+	cd interop/istiod && $(GO) run ./cmd/demo-mesh -networks -bin ../../$(BIN) -example ../../examples/vm-in-ambient-mesh
 
 ## bench: the gateway pair against the kernel and two peers (a plain
 ## relay pair, Istio's Go HBONE pair), same topology, same run

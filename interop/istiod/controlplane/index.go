@@ -53,6 +53,12 @@ func (c *ControlPlane) Index() Index {
 	idx := c.fake.AmbientIndex
 	out := Index{Addresses: map[string]*workloadapi.Address{}, Authorizations: map[string]*security.Authorization{}}
 	for _, a := range idx.All() {
+		// A multi-network index (AMBIENT_ENABLE_MULTI_NETWORK) can hold
+		// entries without an address while it builds them; such an entry
+		// is not sent either.
+		if a.Address == nil {
+			continue
+		}
 		out.Addresses[a.ResourceName()] = proto.Clone(a.Address).(*workloadapi.Address)
 	}
 	for _, p := range idx.Policies(nil) {

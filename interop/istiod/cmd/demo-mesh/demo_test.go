@@ -154,6 +154,26 @@ name = "p"
 	if _, err := setKey("[tun]\nroutes = [\n  \"10.0.0.0/8\",\n]\n", "tun", "routes", `[]`); err == nil {
 		t.Error("setKey rewrote a value that spans lines")
 	}
+
+	// add inserts a key the file does not have under its table, and
+	// refuses one it has.
+	a := &nodeConfig{}
+	a.add("gateway", "east_west", tomlString("0.0.0.0:15009"))
+	got, changes, err = a.render(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := stringKey(got, "gateway", "east_west"); err != nil || v != "0.0.0.0:15009" {
+		t.Errorf("added gateway.east_west = %q, %v", v, err)
+	}
+	if len(changes) != 1 || changes[0].key != "gateway.east_west" || changes[0].was != "(unset)" {
+		t.Errorf("changes %+v", changes)
+	}
+	dup := &nodeConfig{}
+	dup.add("mesh", "namespace", tomlString("x"))
+	if _, _, err := dup.render(text); err == nil {
+		t.Error("add of a key the file has: no error")
+	}
 }
 
 // Applied to Istio's own control plane, vm.yaml makes the VM an ambient

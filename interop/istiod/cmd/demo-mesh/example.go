@@ -340,6 +340,14 @@ type change struct {
 // was given, and who it is.
 type nodeConfig struct {
 	values []struct{ table, key, value string }
+	// added are keys the example does not have, inserted under their
+	// table's header.
+	added []struct{ table, key, value string }
+}
+
+// add inserts key = value in [table]; the example must not have it.
+func (n *nodeConfig) add(table, key, value string) {
+	n.added = append(n.added, struct{ table, key, value string }{table, key, value})
 }
 
 func (n *nodeConfig) set(table, key, value string) {
@@ -360,6 +368,17 @@ func (n *nodeConfig) render(text string) (string, []change, error) {
 		if was != v.value {
 			changes = append(changes, change{key: v.table + "." + v.key, was: was, now: v.value})
 		}
+	}
+	for _, v := range n.added {
+		if _, err := getKey(text, v.table, v.key); err == nil {
+			return "", nil, fmt.Errorf("%s.%s: already in the example", v.table, v.key)
+		}
+		header := "[" + v.table + "]\n"
+		if strings.Count(text, header) != 1 {
+			return "", nil, fmt.Errorf("[%s]: not once in the example", v.table)
+		}
+		text = strings.Replace(text, header, header+v.key+" = "+v.value+"\n", 1)
+		changes = append(changes, change{key: v.table + "." + v.key, was: "(unset)", now: v.value})
 	}
 	return text, changes, nil
 }

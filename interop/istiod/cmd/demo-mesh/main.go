@@ -93,17 +93,28 @@ const (
 )
 
 func main() {
-	if err := controlplane.ReexecWithAmbient(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo-mesh:", err)
-		os.Exit(1)
-	}
 	var o options
 	flag.StringVar(&o.bin, "bin", "../../bin/meshtun", "the meshtun binary")
 	flag.StringVar(&o.example, "example", "../../examples/vm-in-ambient-mesh", "the walkthrough's folder (vm.yaml, gateway.toml)")
 	flag.Int64Var(&o.bytes, "bytes", 64<<20, "bytes of the transfer, each direction")
 	flag.BoolVar(&o.keep, "keep", false, "keep the temporary directory (configs, tokens, root certificate, logs)")
 	flag.StringVar(&o.istioLog, "istio-log", "none", "Istio's log level (debug, info, warn, error, none), into istiod.log")
+	flag.BoolVar(&o.networks, "networks", false, "the walkthrough's second part: the VM in its own network, the server behind its network's east-west gateway (istiod with AMBIENT_ENABLE_MULTI_NETWORK)")
 	flag.Parse()
+	// Istio reads its feature flags as the program starts: re-run with
+	// them in the environment (the arguments are kept).
+	if o.networks && os.Getenv("AMBIENT_ENABLE_MULTI_NETWORK") != "true" {
+		exe, err := os.Executable()
+		if err == nil {
+			err = syscall.Exec(exe, os.Args, append(os.Environ(), "AMBIENT_ENABLE_MULTI_NETWORK=true", "PILOT_ENABLE_AMBIENT=true"))
+		}
+		fmt.Fprintln(os.Stderr, "demo-mesh: re-exec with AMBIENT_ENABLE_MULTI_NETWORK:", err)
+		os.Exit(1)
+	}
+	if err := controlplane.ReexecWithAmbient(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-mesh:", err)
+		os.Exit(1)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, o)
@@ -119,7 +130,18 @@ type options struct {
 	bin, example, istioLog string
 	bytes                  int64
 	keep                   bool
+	// networks: the VM in vmNetwork, the server in clusterNetwork behind
+	// node B as that network's east-west gateway (README, "The VM in its
+	// own network").
+	networks bool
 }
+
+// The networks of -networks, and node B's east-west listener.
+const (
+	vmNetwork      = "vm-net"
+	clusterNetwork = "cluster-net"
+	eastWestPort   = 15009
+)
 
 func step(format string, args ...any) {
 	fmt.Printf("==> "+format+"\n", args...)
@@ -180,9 +202,13 @@ func run(ctx context.Context, o options) (err error) {
 		}
 	}()
 	// A flat network, as ambient needs for a VM: the VM reaches pod IPs
-	// (ztunnel's HBONE on <pod ip>:15008) and pods reach the VM.
-	if err := tp.Direct(); err != nil {
-		return err
+	// (ztunnel's HBONE on <pod ip>:15008) and pods reach the VM. With
+	// -networks the VM reaches only node B's own address, where the
+	// east-west gateway listens.
+	if !o.networks {
+		if err := tp.Direct(); err != nil {
+			return err
+		}
 	}
 	vmAddr, serverAddr := tp.A.VethIP4, tp.B.Workload4
 
@@ -208,8 +234,13 @@ func run(ctx context.Context, o options) (err error) {
 	if err := ex.apply(cp, vmAddr.String()); err != nil {
 		return err
 	}
-	if err := applyServer(cp, serverAddr); err != nil {
+	if err := applyServer(cp, serverAddr, o.networks); err != nil {
 		return err
+	}
+	if o.networks {
+		if err := applyNetworks(cp, ex, vmAddr, tp.B.VethIP4); err != nil {
+			return err
+		}
 	}
 	vmUID := workloadUID(cp, ex.vm.Namespace, ex.vm.Name)
 	serverUID := workloadUID(cp, serverNamespace, serverName)
@@ -218,8 +249,9 @@ func run(ctx context.Context, o options) (err error) {
 	index, err := cp.WaitIndex(ictx, func(x controlplane.Index) bool {
 		w := x.Workloads()
 		_, svc := x.Services()[serviceKey]
-		return w[vmUID].GetTunnelProtocol() == workloadapi.TunnelProtocol_HBONE &&
-			w[serverUID].GetServices()[serviceKey] != nil && svc
+		return (o.networks || w[vmUID].GetTunnelProtocol() == workloadapi.TunnelProtocol_HBONE) &&
+			w[serverUID].GetServices()[serviceKey] != nil && svc &&
+			(!o.networks || w[serverUID].GetNetworkGateway() != nil)
 	})
 	cancel()
 	if err != nil {
@@ -227,8 +259,14 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	for _, uid := range []string{vmUID, serverUID} {
 		w := index.Workloads()[uid]
-		detail("index: workload %s %v sa=%s tunnel=%v native_tunnel=%v", uid, ips(w.GetAddresses()), w.GetServiceAccount(),
-			w.GetTunnelProtocol(), w.GetNativeTunnel())
+		if w == nil {
+			// A multi-network istiod keeps a workload of another network
+			// (the VM) out of what it sends.
+			detail("index: workload %s not sent on its own (another network than the cluster's)", uid)
+			continue
+		}
+		detail("index: workload %s %v sa=%s tunnel=%v native_tunnel=%v network=%q network_gateway=%v", uid, ips(w.GetAddresses()),
+			w.GetServiceAccount(), w.GetTunnelProtocol(), w.GetNativeTunnel(), w.GetNetwork(), w.GetNetworkGateway())
 	}
 	detail("index: service %s vips=%v", serviceKey, serviceVIPs(index.Services()[serviceKey]))
 
@@ -252,6 +290,11 @@ func run(ctx context.Context, o options) (err error) {
 	}{
 		{tp.A, meshConfig(cp, ex.vm.Name, ex.namespace, ex.serviceAccountName, vmToken, vmAddr, tp.A.TUNAddr4)},
 		{tp.B, meshConfig(cp, serverName, serverNamespace, serverAccount, serverToken, serverAddr, tp.B.TUNAddr4)},
+	}
+	if o.networks {
+		nodes[0].config.add("mesh", "network", tomlString(vmNetwork))
+		nodes[1].config.add("mesh", "network", tomlString(clusterNetwork))
+		nodes[1].config.add("gateway", "east_west", tomlString(netip.AddrPortFrom(netip.IPv4Unspecified(), eastWestPort).String()))
 	}
 	configs := map[*topo.Node]string{}
 	for _, n := range nodes {
@@ -320,7 +363,7 @@ func run(ctx context.Context, o options) (err error) {
 	if err := showDump(dumpA, vmIdentity); err != nil {
 		return fmt.Errorf("node-a's /config_dump: %w", err)
 	}
-	if err := checkLearned(dumpA, vmAddr, serverAddr, serverIdentity); err != nil {
+	if err := checkLearned(dumpA, vmAddr, serverAddr, serverIdentity, o.networks); err != nil {
 		return fmt.Errorf("node-a's /config_dump: %w", err)
 	}
 	dumpB, err := fetchDump(ctx, tp.B)
@@ -336,6 +379,11 @@ func run(ctx context.Context, o options) (err error) {
 	step("node-a's plan for the service: meshtun route --admin 127.0.0.1:15000 %s", vip)
 	if err := waitPlan(ctx, tp.A, vip, netip.AddrPortFrom(serverAddr, 15008), serverIdentity); err != nil {
 		return err
+	}
+	if o.networks {
+		if err := waitGatewayHop(ctx, tp.A, vip, netip.AddrPortFrom(tp.B.VethIP4, eastWestPort), serverIdentity); err != nil {
+			return err
+		}
 	}
 	out, err := tp.A.Command(ctx, bin, "route", "--admin", "127.0.0.1:15000", vip.String()).CombinedOutput()
 	fmt.Print(indent(string(out)))
@@ -379,7 +427,66 @@ func run(ctx context.Context, o options) (err error) {
 	if !strings.Contains(lineB, vmIdentity) {
 		return fmt.Errorf("node-b's access log does not name the VM's identity %s", vmIdentity)
 	}
+	if o.networks {
+		// Node B carried the flow twice: as the gateway (the outer
+		// CONNECT, the inner TLS passed on as bytes) and as its
+		// destination (the inner CONNECT, the VM's identity from the
+		// inner TLS).
+		for _, dir := range []string{"direction=east-west", "direction=inbound"} {
+			line, err := gws[tp.B].WaitLog(lctx, dir)
+			if err != nil {
+				return fmt.Errorf("node-b's access log has no %s line: %w", dir, err)
+			}
+			if !strings.Contains(line, vmIdentity) {
+				return fmt.Errorf("node-b's %s line does not name the VM's identity %s: %s", dir, vmIdentity, line)
+			}
+			detail("node-b, %s: %s", dir, line)
+		}
+	}
 	return nil
+}
+
+// applyNetworks is the cluster side of "the VM in its own network": the
+// cluster's network (the label on istio-system), the VM's WorkloadEntry in
+// vmNetwork, and the cluster network's east-west gateway as istiod reads
+// one, at node B's own address: node B's meshtun is that gateway
+// (gateway.east_west), so the Gateway names node B's service account.
+func applyNetworks(cp *controlplane.ControlPlane, ex *example, vmAddr, gatewayAddr netip.Addr) error {
+	if err := cp.ApplyNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "istio-system", Labels: map[string]string{controlplane.NetworkLabel: clusterNetwork},
+	}}); err != nil {
+		return err
+	}
+	vm := ex.vm.DeepCopy()
+	vm.Spec.Address = vmAddr.String()
+	vm.Spec.Network = vmNetwork
+	if err := cp.ApplyWorkloadEntry(vm); err != nil {
+		return err
+	}
+	gw := controlplane.NewNetworkGateway(serverNamespace, "eastwest", clusterNetwork, gatewayAddr.String(), eastWestPort)
+	gw.Annotations = map[string]string{"gateway.istio.io/service-account": serverAccount}
+	return cp.ApplyGateway(gw)
+}
+
+// waitGatewayHop waits until node's plan for dst goes through the
+// network gateway at gw, expecting identity there.
+func waitGatewayHop(ctx context.Context, node *topo.Node, dst, gw netip.AddrPort, identity string) error {
+	var last routeAnswer
+	ctx, cancel := context.WithTimeout(ctx, planTimeout)
+	defer cancel()
+	for {
+		var p routeAnswer
+		err := adminGet(ctx, node, "/route?dst="+dst.String(), &p)
+		if err == nil && p.Gateway != nil && p.Gateway.Address == gw.String() && slices.Contains(p.Gateway.Identities, identity) {
+			return nil
+		}
+		last = p
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node-a's plan for %s never went through the network gateway %s (%s): last %+v (%v)", dst, gw, identity, last, err)
+		case <-time.After(pollEvery):
+		}
+	}
 }
 
 // spiffeID is the identity Istio's CA issues namespace/serviceAccount in
@@ -400,7 +507,7 @@ func serviceHost() string {
 // applyServer creates node B's server workload: its namespace and service
 // account, a WorkloadEntry that speaks HBONE at addr, and a Service
 // selecting it.
-func applyServer(cp *controlplane.ControlPlane, addr netip.Addr) error {
+func applyServer(cp *controlplane.ControlPlane, addr netip.Addr, networks bool) error {
 	if err := cp.ApplyNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: serverNamespace}}); err != nil {
 		return err
 	}
@@ -409,7 +516,11 @@ func applyServer(cp *controlplane.ControlPlane, addr netip.Addr) error {
 		return err
 	}
 	labels := map[string]string{"app": serverName}
-	if err := cp.ApplyWorkloadEntry(controlplane.NewWorkloadEntry(serverNamespace, serverName, serverAccount, addr.String(), labels)); err != nil {
+	we := controlplane.NewWorkloadEntry(serverNamespace, serverName, serverAccount, addr.String(), labels)
+	if networks {
+		we.Spec.Network = clusterNetwork
+	}
+	if err := cp.ApplyWorkloadEntry(we); err != nil {
 		return err
 	}
 	return cp.ApplyService(controlplane.NewService(serverNamespace, serverName, serviceVIP.String(), labels,
@@ -591,7 +702,10 @@ func showDump(d *configDump, identity string) error {
 
 // checkLearned checks that the dump holds, from istiod, the VM's own
 // workload, the server workload and the service with it as an endpoint.
-func checkLearned(d *configDump, vm, server netip.Addr, serverIdentity string) error {
+// With networks, the VM's own workload is not required: a multi-network
+// istiod sends a workload of another network than the cluster's only
+// inside the services it serves (mesh.network says the VM's).
+func checkLearned(d *configDump, vm, server netip.Addr, serverIdentity string, networks bool) error {
 	var sawVM, sawServer bool
 	for _, w := range d.Workloads {
 		if w.Source != "xds" {
@@ -605,7 +719,7 @@ func checkLearned(d *configDump, vm, server netip.Addr, serverIdentity string) e
 			sawServer = true
 		}
 	}
-	if !sawVM || !sawServer {
+	if (!sawVM && !networks) || !sawServer {
 		return fmt.Errorf("workloads from istiod: the VM's (%s) %v, the server's (%s) %v; want both", vm, sawVM, server, sawServer)
 	}
 	for _, s := range d.Services {
@@ -623,6 +737,12 @@ type routeAnswer struct {
 	Identities   []string `json:"identities"`
 	Reason       string   `json:"reason"`
 	Captured     bool     `json:"captured"`
+	// Gateway is the outer hop of double HBONE, if any.
+	Gateway *struct {
+		Network    string   `json:"network"`
+		Address    string   `json:"address"`
+		Identities []string `json:"identities"`
+	} `json:"gateway"`
 }
 
 // waitPlan waits until node's plan for dst is HBONE to hbone expecting
