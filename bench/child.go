@@ -43,7 +43,7 @@ func Child() (code int, ok bool) {
 		fmt.Fprintln(os.Stderr, "bench helper:", err)
 		return 1, true
 	}
-	s := &Server{conns: map[net.Conn]struct{}{}, ls: []net.Listener{l}}
+	s := &Server{ls: []net.Listener{l}}
 	s.wg.Add(1)
 	go s.accept(l, serveEcho)
 	fmt.Println("ready")

@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/meshtun/meshtun/bench/relay"
 )
 
 // The load generator: two tiny protocols, served by one Server in node B,
@@ -47,12 +49,9 @@ var zeros = make([]byte, bufSize)
 
 // Server serves both protocols in one node until Close.
 type Server struct {
-	ls []net.Listener
-	wg sync.WaitGroup
-
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	closed bool
+	ls    []net.Listener
+	wg    sync.WaitGroup
+	conns relay.ConnSet
 }
 
 // listenFunc opens a listener (topo.Node.Listen inside a namespace, or
@@ -67,7 +66,7 @@ func NewServer(listen listenFunc, host string) (*Server, error) {
 
 // newServer is NewServer on any ports (0 for ephemeral ones, in tests).
 func newServer(listen listenFunc, host string, bulkPort, echoPort int) (*Server, error) {
-	s := &Server{conns: map[net.Conn]struct{}{}}
+	s := &Server{}
 	for _, p := range []struct {
 		port  int
 		serve func(net.Conn) error
@@ -95,52 +94,26 @@ func (s *Server) accept(l net.Listener, serve func(net.Conn) error) {
 		if err != nil {
 			return
 		}
-		if !s.track(c) {
+		if !s.conns.Add(c) {
 			c.Close()
 			return
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer s.untrack(c)
+			defer s.conns.Done(c)
 			serve(c)
 		}()
 	}
 }
 
-func (s *Server) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
-}
-
-func (s *Server) untrack(c net.Conn) {
-	c.Close()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
-}
-
 // Open is the number of connections the server holds.
-func (s *Server) Open() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *Server) Open() int { return s.conns.Len() }
 
 // Close stops the listeners, closes every connection (unblocking their
 // goroutines) and waits for all of them. It may be called more than once.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.closed = true
-	for c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
+	s.conns.Close()
 	for _, l := range s.ls {
 		l.Close()
 	}

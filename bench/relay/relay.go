@@ -126,15 +126,63 @@ func DialTCP(addr string, timeout time.Duration) DialFunc {
 	return func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 }
 
+// ConnSet is the connections a server holds, so that its Close can end
+// them (and the goroutines blocked on them). The zero value is empty and
+// open. bench's load server uses it too.
+type ConnSet struct {
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// Add holds c, unless the set was closed (then the caller closes c).
+func (s *ConnSet) Add(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+// Done closes c and lets it go.
+func (s *ConnSet) Done(c net.Conn) {
+	c.Close()
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Len is the number of connections held.
+func (s *ConnSet) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Close closes every connection held, and every one Add is given later.
+func (s *ConnSet) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+}
+
 // Server relays every connection its listeners accept until Close.
 type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	conns  ConnSet
 
 	mu     sync.Mutex
 	ls     []net.Listener
-	conns  map[net.Conn]struct{}
 	closed bool
 	errs   []error // dial and relay failures, the first few
 }
@@ -145,7 +193,7 @@ const maxErrs = 16
 // NewServer makes a Server with no listeners yet.
 func NewServer() *Server {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	return &Server{ctx: ctx, cancel: cancel}
 }
 
 // Serve relays the connections of l, each to a connection from dial,
@@ -170,48 +218,31 @@ func (s *Server) accept(l net.Listener, dial DialFunc) {
 		if err != nil {
 			return
 		}
-		if !s.track(c) {
+		if !s.conns.Add(c) {
 			c.Close()
 			return
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer s.untrack(c)
+			defer s.conns.Done(c)
 			out, err := dial(s.ctx)
 			if err != nil {
 				s.fail(fmt.Errorf("relay: dial for %s: %w", c.RemoteAddr(), err))
 				c.Close()
 				return
 			}
-			if !s.track(out) {
+			if !s.conns.Add(out) {
 				out.Close()
 				c.Close()
 				return
 			}
-			defer s.untrack(out)
+			defer s.conns.Done(out)
 			if _, _, err := Pipe(c, out); err != nil {
 				s.fail(fmt.Errorf("relay: %s: %w", c.RemoteAddr(), err))
 			}
 		}()
 	}
-}
-
-func (s *Server) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.conns[c] = struct{}{}
-	return true
-}
-
-func (s *Server) untrack(c net.Conn) {
-	c.Close()
-	s.mu.Lock()
-	delete(s.conns, c)
-	s.mu.Unlock()
 }
 
 func (s *Server) fail(err error) {
@@ -244,22 +275,16 @@ func (s *Server) Addrs() []net.Addr {
 
 // Open is the number of connections the server holds (both ends of each
 // relayed connection count).
-func (s *Server) Open() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *Server) Open() int { return s.conns.Len() }
 
 // Close stops the listeners, closes every connection and waits for every
 // goroutine. It may be called more than once.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
-	for c := range s.conns {
-		c.Close()
-	}
 	ls := s.ls
 	s.mu.Unlock()
+	s.conns.Close()
 	s.cancel()
 	for _, l := range ls {
 		l.Close()
