@@ -19,7 +19,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/meshtun/meshtun/config"
 	meshtungw "github.com/meshtun/meshtun/gateway"
@@ -86,27 +85,11 @@ func TestTwoNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// cluster-net's gateway, as istiod models a remote network's one.
-	ipType := gatewayv1.IPAddressType
-	gw := &gatewayv1.Gateway{
-		ObjectMeta: metav1.ObjectMeta{Name: "istio-eastwestgateway", Namespace: "istio-system",
-			Labels: map[string]string{"topology.istio.io/network": "cluster-net"}},
-		Spec: gatewayv1.GatewaySpec{
-			GatewayClassName: "istio-remote",
-			Listeners:        []gatewayv1.Listener{{Name: "mesh", Port: 15008, Protocol: "HBONE"}},
-		},
+	if err := cp.ApplyGateway(controlplane.NewNetworkGateway("istio-system", "istio-eastwestgateway", "cluster-net", gwIP, 15008)); err != nil {
+		t.Fatal(err)
 	}
-	gws := cp.KubeClient().GatewayAPI().GatewayV1().Gateways("istio-system")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	created, err := gws.Create(ctx, gw, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	created.Status.Addresses = []gatewayv1.GatewayStatusAddress{{Type: &ipType, Value: gwIP}}
-	if _, err := gws.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
 	idx, err := cp.WaitIndex(ctx, func(x controlplane.Index) bool {
 		server, gw := false, false
 		for name, w := range x.Workloads() {
