@@ -94,15 +94,28 @@ func newAttackEnv(t *testing.T) *attackEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.server = serveLoopback(t, srv, nil)
+	return e
+}
+
+// serveLoopback serves srv on a loopback port until the test's cleanup,
+// which closes srv, waits for Serve to return, then runs after (if set).
+func serveLoopback(t *testing.T, srv *hbone.Server, after func()) netip.AddrPort {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.server = ln.Addr().(*net.TCPAddr).AddrPort()
 	served := make(chan struct{})
 	go func() { srv.Serve(ln); close(served) }()
-	t.Cleanup(func() { srv.Close(); <-served })
-	return e
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+		if after != nil {
+			after()
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // leaf issues a client certificate from ca, edited by mod.

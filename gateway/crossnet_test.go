@@ -64,14 +64,7 @@ func newEWGateway(t *testing.T, dir string, dest netip.AddrPort) *ewGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ew.addr = ln.Addr().(*net.TCPAddr).AddrPort()
-	served := make(chan struct{})
-	go func() { srv.Serve(ln); close(served) }()
-	t.Cleanup(func() { srv.Close(); <-served })
+	ew.addr = serveLoopback(t, srv, nil)
 	return ew
 }
 
@@ -416,14 +409,7 @@ endpoints = ["default/server"]
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.addr = ln.Addr().(*net.TCPAddr).AddrPort()
-	served := make(chan struct{})
-	go func() { srv.Serve(ln); close(served) }()
-	t.Cleanup(func() { srv.Close(); <-served; m.g.flows.wait() })
+	m.addr = serveLoopback(t, srv, m.g.flows.wait)
 	return m
 }
 

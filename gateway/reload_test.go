@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -91,14 +90,7 @@ func newReloadEnv(t *testing.T, policies string) *reloadEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.addr = ln.Addr().(*net.TCPAddr).AddrPort()
-	served := make(chan struct{})
-	go func() { srv.Serve(ln); close(served) }()
-	t.Cleanup(func() { srv.Close(); <-served; e.g.flows.wait() })
+	e.addr = serveLoopback(t, srv, e.g.flows.wait)
 	cc, err := ca.KeyPair(reloadClientID)
 	if err != nil {
 		t.Fatal(err)

@@ -384,11 +384,28 @@ func TestOurDoubleHBONEFaultsThroughIstioGateway(t *testing.T) {
 // at meshtun's server, which sees the client's own identity.
 func TestIstioDoubleDialerToMeshtun(t *testing.T) {
 	_, d, tp, g := setup(t)
+	istioDoubleEcho(t, g.addr, d)
+	if got := recv(t, g.hosts, "outer CONNECT"); got != host+":80" {
+		t.Errorf("Istio's outer :authority %q", got)
+	}
+	inner := recv(t, d.seen, "inner CONNECT")
+	if inner.TargetName() != host+":80" || inner.PeerIdentity() != clientID {
+		t.Errorf("meshtun served %q for %q, want %s:80 for %s (the inner TLS end to end)", inner.TargetName(), inner.PeerIdentity(), host, clientID)
+	}
+	if strings.Contains(tp.seen(), secret) {
+		t.Error("the gateway forwarded the plaintext")
+	}
+}
+
+// istioDoubleEcho dials host:80 with Istio's NewDoubleDialer, as
+// clientID, through the gateway at gw (expecting gwID) to d (expecting
+// destID), and checks that secret comes back; it returns the dialer.
+func istioDoubleEcho(t *testing.T, gw netip.AddrPort, d *destination) istiohbone.Dialer {
+	t.Helper()
 	cert, c := keyPair(t, clientID)
-	outerTLS := hbone.ClientConfig(cert, c.Pool(), []string{gwID})
 	innerTLS := hbone.ClientConfig(cert, c.Pool(), []string{destID})
 	dialer := istiohbone.NewDoubleDialer(
-		istiohbone.Config{ProxyAddress: g.addr.String(), TLS: outerTLS},
+		istiohbone.Config{ProxyAddress: gw.String(), TLS: hbone.ClientConfig(cert, c.Pool(), []string{gwID})},
 		istiohbone.Config{ProxyAddress: d.addr.String(), TLS: innerTLS},
 		innerTLS)
 	conn, err := dialer.DialContext(ctx(t), "tcp", host+":80")
@@ -405,16 +422,7 @@ func TestIstioDoubleDialerToMeshtun(t *testing.T) {
 	if err := recv(t, done, "the echo"); err != nil || string(back) != secret {
 		t.Fatalf("echo %q, %v", back, err)
 	}
-	if got := recv(t, g.hosts, "outer CONNECT"); got != host+":80" {
-		t.Errorf("Istio's outer :authority %q", got)
-	}
-	inner := recv(t, d.seen, "inner CONNECT")
-	if inner.TargetName() != host+":80" || inner.PeerIdentity() != clientID {
-		t.Errorf("meshtun served %q for %q, want %s:80 for %s (the inner TLS end to end)", inner.TargetName(), inner.PeerIdentity(), host, clientID)
-	}
-	if strings.Contains(tp.seen(), secret) {
-		t.Error("the gateway forwarded the plaintext")
-	}
+	return dialer
 }
 
 // meshtunGateway is a meshtun gateway whose gateway.east_west handler
@@ -491,26 +499,7 @@ func TestIstioDoubleDialerThroughMeshtunGateway(t *testing.T) {
 	app := echo(t)
 	d := newDestination(t, app)
 	gw := meshtunGateway(t, d, app)
-	cert, c := keyPair(t, clientID)
-	innerTLS := hbone.ClientConfig(cert, c.Pool(), []string{destID})
-	dialer := istiohbone.NewDoubleDialer(
-		istiohbone.Config{ProxyAddress: gw.String(), TLS: hbone.ClientConfig(cert, c.Pool(), []string{gwID})},
-		istiohbone.Config{ProxyAddress: d.addr.String(), TLS: innerTLS},
-		innerTLS)
-	conn, err := dialer.DialContext(ctx(t), "tcp", host+":80")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, secret); err != nil {
-		t.Fatal(err)
-	}
-	back := make([]byte, len(secret))
-	done := make(chan error, 1)
-	go func() { _, err := io.ReadFull(conn, back); done <- err }()
-	if err := recv(t, done, "the echo"); err != nil || string(back) != secret {
-		t.Fatalf("echo %q, %v", back, err)
-	}
+	dialer := istioDoubleEcho(t, gw, d)
 	inner := recv(t, d.seen, "inner CONNECT")
 	if inner.TargetName() != host+":80" || inner.PeerIdentity() != clientID {
 		t.Errorf("the destination served %q for %q, want %s:80 for %s", inner.TargetName(), inner.PeerIdentity(), host, clientID)
