@@ -116,7 +116,7 @@ func set[K comparable, V any](n *node[K, V], shift uint, e entry[K, V]) (*node[K
 	if shift >= maxShift {
 		i := slices.IndexFunc(n.entries, func(o entry[K, V]) bool { return o.key == e.key })
 		if i < 0 {
-			return &node[K, V]{entries: append(slices.Clip(n.entries), e)}, true
+			return &node[K, V]{entries: inserted(n.entries, len(n.entries), e)}, true
 		}
 		return &node[K, V]{entries: replaced(n.entries, i, e)}, false
 	}
@@ -133,9 +133,9 @@ func set[K comparable, V any](n *node[K, V], shift uint, e entry[K, V]) (*node[K
 		sub, _ := set(nil, shift+bitsPerLevel, n.entries[i])
 		sub, _ = set(sub, shift+bitsPerLevel, e)
 		c.datamap &^= bit
-		c.entries = slices.Delete(slices.Clone(n.entries), i, i+1)
+		c.entries = deleted(n.entries, i)
 		c.nodemap |= bit
-		c.subs = slices.Insert(slices.Clip(n.subs), index(c.nodemap, bit), sub)
+		c.subs = inserted(n.subs, index(c.nodemap, bit), sub)
 		return &c, true
 	case n.nodemap&bit != 0:
 		i := index(n.nodemap, bit)
@@ -144,9 +144,28 @@ func set[K comparable, V any](n *node[K, V], shift uint, e entry[K, V]) (*node[K
 		return &c, added
 	default:
 		c.datamap |= bit
-		c.entries = slices.Insert(slices.Clip(n.entries), index(c.datamap, bit), e)
+		c.entries = inserted(n.entries, index(c.datamap, bit), e)
 		return &c, true
 	}
+}
+
+// inserted is a copy of s with v inserted at i, of exactly the length it
+// needs: a node's slices are never appended to, so the room append
+// leaves for growth would be held for good (a third of the maps' memory).
+func inserted[T any](s []T, i int, v T) []T {
+	c := make([]T, len(s)+1)
+	copy(c, s[:i])
+	c[i] = v
+	copy(c[i+1:], s[i:])
+	return c
+}
+
+// deleted is a copy of s without s[i], of exactly its length.
+func deleted[T any](s []T, i int) []T {
+	c := make([]T, len(s)-1)
+	copy(c, s[:i])
+	copy(c[i:], s[i+1:])
+	return c
 }
 
 // replaced is a copy of s with s[i] = v.
@@ -182,7 +201,7 @@ func del[K comparable, V any](n *node[K, V], shift uint, h uint64, k K) (*node[K
 		if len(n.entries) == 1 {
 			return nil, true
 		}
-		return &node[K, V]{entries: slices.Delete(slices.Clone(n.entries), i, i+1)}, true
+		return &node[K, V]{entries: deleted(n.entries, i)}, true
 	}
 	bit := slotBit(h, shift)
 	c := *n
@@ -193,7 +212,7 @@ func del[K comparable, V any](n *node[K, V], shift uint, h uint64, k K) (*node[K
 			return n, false
 		}
 		c.datamap &^= bit
-		c.entries = slices.Delete(slices.Clone(n.entries), i, i+1)
+		c.entries = deleted(n.entries, i)
 	case n.nodemap&bit != 0:
 		i := index(n.nodemap, bit)
 		sub, removed := del(n.subs[i], shift+bitsPerLevel, h, k)
@@ -203,12 +222,12 @@ func del[K comparable, V any](n *node[K, V], shift uint, h uint64, k K) (*node[K
 		switch {
 		case sub == nil:
 			c.nodemap &^= bit
-			c.subs = slices.Delete(slices.Clone(n.subs), i, i+1)
+			c.subs = deleted(n.subs, i)
 		case len(sub.subs) == 0 && len(sub.entries) == 1:
 			c.nodemap &^= bit
-			c.subs = slices.Delete(slices.Clone(n.subs), i, i+1)
+			c.subs = deleted(n.subs, i)
 			c.datamap |= bit
-			c.entries = slices.Insert(slices.Clip(n.entries), index(c.datamap, bit), sub.entries[0])
+			c.entries = inserted(n.entries, index(c.datamap, bit), sub.entries[0])
 		default:
 			c.subs = replaced(n.subs, i, sub)
 		}
