@@ -55,11 +55,11 @@ type Tracker struct {
 	pols     map[string]trackedPolicy    // converted
 	rejected map[string]trackedRejection // by addrKey or polKey
 
-	addrClaims map[netip.Addr][]*trackedWorkload // each sorted by claimOrder
-	nameClaims map[string][]*trackedWorkload     // by namespace/name
-	vipClaims  map[netip.AddrPort][]*trackedService
+	addrClaims claimIndex[netip.Addr, trackedWorkload] // each sorted by claimOrder
+	nameClaims claimIndex[string, trackedWorkload]     // by namespace/name
+	vipClaims  claimIndex[netip.AddrPort, trackedService]
 	vips       map[netip.Addr][]*trackedService       // the services with each VIP of ours, by resource name
-	keyClaims  map[string][]*trackedService           // by namespace/hostname, sorted by resource name
+	keyClaims  claimIndex[string, trackedService]     // by namespace/hostname, sorted by resource name
 	members    map[string]map[string]*trackedWorkload // service key → its kept workloads, by resource name
 	wpUsers    map[string]map[string]bool             // waypoint target (wpTarget) → users ("w"+res, "s"+res)
 	candidates map[string]*trackedWorkload            // workloads that could be this node's own
@@ -69,8 +69,11 @@ type Tracker struct {
 	network string
 	strs    stringTable // what the workloads repeat, shared
 
-	outW map[string]*config.Workload // what Apply last emitted
-	outS map[string]*config.Service
+	outS map[string]*config.Service // what Apply last emitted (a workload's: its out)
+
+	// goneW is, during one Apply, what was last emitted for each workload
+	// it removed: emit compares the new entry with it.
+	goneW map[string]*config.Workload
 
 	// Dirty during one Apply.
 	dirtyW, dirtyS     map[string]bool
@@ -78,15 +81,87 @@ type Tracker struct {
 	polsDirty          bool
 }
 
+// trackedWorkload is one workload as the Tracker holds it: the entry it
+// emits, and what its claims and dependencies need. There are as many as
+// pods in the mesh, so what few workloads have is behind refs.
 type trackedWorkload struct {
 	res      string
 	key      string // namespace/name
 	cfg      config.Workload
-	services []memberOf // the services it names
+	services []memberOf       // the services it names
+	out      *config.Workload // what emit last gave for it; nil: nothing
+	refs     *workloadRefs    // nil: none, as for most pods
+	kept     bool
+}
+
+// workloadRefs is what a workload may name beyond its services.
+type workloadRefs struct {
 	waypoint *workloadapi.GatewayAddress
 	netGW    *workloadapi.GatewayAddress // its network's gateway (network_gateway)
 	authz    []string                    // the policies selecting it
-	kept     bool
+}
+
+func (w *trackedWorkload) waypoint() *workloadapi.GatewayAddress {
+	if w.refs == nil {
+		return nil
+	}
+	return w.refs.waypoint
+}
+
+func (w *trackedWorkload) netGW() *workloadapi.GatewayAddress {
+	if w.refs == nil {
+		return nil
+	}
+	return w.refs.netGW
+}
+
+func (w *trackedWorkload) authz() []string {
+	if w.refs == nil {
+		return nil
+	}
+	return w.refs.authz
+}
+
+// claimIndex is the claimants of each key, in claim order. Nearly every
+// key has one, which one holds without a slice of its own (a slice and
+// its array cost as much as the rest of the index's entry); only a
+// contested key's whole list is in more.
+type claimIndex[K comparable, T any] struct {
+	one  map[K]*T // the first claimant of every key
+	more map[K][]*T
+}
+
+func newClaimIndex[K comparable, T any]() claimIndex[K, T] {
+	return claimIndex[K, T]{one: map[K]*T{}, more: map[K][]*T{}}
+}
+
+// first is k's winning claimant, nil if none.
+func (c claimIndex[K, T]) first(k K) *T { return c.one[k] }
+
+// list is k's claimants, in order; the caller may not change it.
+func (c claimIndex[K, T]) list(k K) []*T {
+	if l, ok := c.more[k]; ok {
+		return l
+	}
+	if x := c.one[k]; x != nil {
+		return []*T{x}
+	}
+	return nil
+}
+
+// set makes l, in order, k's claimants; an empty l removes k.
+func (c claimIndex[K, T]) set(k K, l []*T) {
+	switch len(l) {
+	case 0:
+		delete(c.one, k)
+		delete(c.more, k)
+	case 1:
+		c.one[k] = l[0]
+		delete(c.more, k)
+	default:
+		c.one[k] = l[0]
+		c.more[k] = l
+	}
 }
 
 // memberOf is one service a workload names, with its ports there.
@@ -181,7 +256,7 @@ func NewTracker(node Node) *Tracker {
 		wls: map[string]*trackedWorkload{}, svcs: map[string]*trackedService{},
 		pols: map[string]trackedPolicy{}, rejected: map[string]trackedRejection{},
 		candidates: map[string]*trackedWorkload{}, portMaps: map[string]map[uint16]uint16{},
-		outW: map[string]*config.Workload{}, outS: map[string]*config.Service{},
+		outS: map[string]*config.Service{},
 	}
 	for _, ip := range node.InstanceIPs {
 		t.own[ip.Unmap()] = true
@@ -192,11 +267,11 @@ func NewTracker(node Node) *Tracker {
 }
 
 func (t *Tracker) resetIndexes() {
-	t.addrClaims = map[netip.Addr][]*trackedWorkload{}
-	t.nameClaims = map[string][]*trackedWorkload{}
-	t.vipClaims = map[netip.AddrPort][]*trackedService{}
+	t.addrClaims = newClaimIndex[netip.Addr, trackedWorkload]()
+	t.nameClaims = newClaimIndex[string, trackedWorkload]()
+	t.vipClaims = newClaimIndex[netip.AddrPort, trackedService]()
 	t.vips = map[netip.Addr][]*trackedService{}
-	t.keyClaims = map[string][]*trackedService{}
+	t.keyClaims = newClaimIndex[string, trackedService]()
 	t.members = map[string]map[string]*trackedWorkload{}
 	t.wpUsers = map[string]map[string]bool{}
 }
@@ -205,9 +280,10 @@ func (t *Tracker) resetIndexes() {
 func (t *Tracker) Apply(d Delta) Changes {
 	t.dirtyW, t.dirtyS = map[string]bool{}, map[string]bool{}
 	t.dirtyKeys, t.dirtyWP = map[string]bool{}, map[string]bool{}
+	t.goneW = map[string]*config.Workload{}
 	// A bulk change's sets are as large as the mesh: not kept until the
 	// next push.
-	defer func() { t.dirtyW, t.dirtyS, t.dirtyKeys, t.dirtyWP = nil, nil, nil, nil }()
+	defer func() { t.dirtyW, t.dirtyS, t.dirtyKeys, t.dirtyWP, t.goneW = nil, nil, nil, nil, nil }()
 	t.polsDirty = false
 	selfBefore := t.self
 
@@ -261,7 +337,7 @@ func (t *Tracker) rebuild() Changes {
 	wls, svcs := t.wls, t.svcs
 	t.wls, t.svcs = map[string]*trackedWorkload{}, map[string]*trackedService{}
 	for _, w := range wls {
-		w.kept = false
+		w.kept, w.out = false, nil
 		t.claimWorkload(w)
 	}
 	for _, s := range svcs {
@@ -272,7 +348,7 @@ func (t *Tracker) rebuild() Changes {
 	}
 	t.polsDirty = true
 	t.propagate()
-	t.outW, t.outS = map[string]*config.Workload{}, map[string]*config.Service{}
+	t.outS, t.goneW = map[string]*config.Service{}, map[string]*config.Workload{}
 	ch := t.emit(Changes{Full: true, SelfChanged: true})
 	return ch
 }
@@ -282,27 +358,30 @@ func (t *Tracker) removeAddress(name string) {
 	if w := t.wls[name]; w != nil {
 		delete(t.wls, name)
 		delete(t.candidates, name)
+		if _, ok := t.goneW[name]; !ok && w.out != nil {
+			t.goneW[name] = w.out
+		}
 		t.dirtyW[name] = true
 		for _, a := range w.cfg.Addresses {
-			setOrDelete(t.addrClaims, a, t.unclaim(t.addrClaims[a], w))
+			t.addrClaims.set(a, t.unclaim(t.addrClaims.list(a), w))
 			t.dirtyWP[wpAddr(a)] = true
 		}
-		setOrDelete(t.nameClaims, w.key, t.unclaim(t.nameClaims[w.key], w))
+		t.nameClaims.set(w.key, t.unclaim(t.nameClaims.list(w.key), w))
 		if w.kept {
 			t.setMember(w, false)
 		}
-		t.unwatch(w.waypoint, "w"+name)
-		t.unwatch(w.netGW, "g"+name)
+		t.unwatch(w.waypoint(), "w"+name)
+		t.unwatch(w.netGW(), "g"+name)
 		return
 	}
 	if s := t.svcs[name]; s != nil {
 		delete(t.svcs, name)
 		t.dirtyS[name] = true
 		for _, vp := range s.vipPorts {
-			setOrDelete(t.vipClaims, vp, unclaimService(t.vipClaims[vp], s, t.dirtyS))
+			t.vipClaims.set(vp, unclaimService(t.vipClaims.list(vp), s, t.dirtyS))
 			t.dirtyWP[wpAddr(vp.Addr())] = true
 		}
-		setOrDelete(t.keyClaims, s.key, unclaimService(t.keyClaims[s.key], s, t.dirtyS))
+		t.keyClaims.set(s.key, unclaimService(t.keyClaims.list(s.key), s, t.dirtyS))
 		for _, v := range s.cfg.VIPs {
 			t.vips[v] = slices.DeleteFunc(slices.Clone(t.vips[v]), func(x *trackedService) bool { return x == s })
 			if len(t.vips[v]) == 0 {
@@ -313,15 +392,6 @@ func (t *Tracker) removeAddress(name string) {
 		if s.err == nil {
 			t.unwatch(s.msg.GetWaypoint(), "s"+name)
 		}
-	}
-}
-
-// setOrDelete sets m[k] to a list, or deletes k when the list is empty.
-func setOrDelete[K comparable, T any](m map[K][]T, k K, list []T) {
-	if len(list) == 0 {
-		delete(m, k)
-	} else {
-		m[k] = list
 	}
 }
 
@@ -364,10 +434,13 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 		return // hostname only: nothing to route to
 	}
 	t.strs.workload(&c, len(t.wls))
-	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c, waypoint: msg.GetWaypoint(),
-		netGW: msg.GetNetworkGateway(), authz: msg.GetAuthorizationPolicies()}
+	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c}
+	if msg.GetWaypoint() != nil || msg.GetNetworkGateway() != nil || len(msg.GetAuthorizationPolicies()) > 0 {
+		w.refs = &workloadRefs{msg.GetWaypoint(), msg.GetNetworkGateway(), msg.GetAuthorizationPolicies()}
+	}
 	for svc, pl := range msg.GetServices() {
-		w.services = append(w.services, memberOf{svc, t.portsOf(pl)})
+		// The pods of a service all name it: one string for them all.
+		w.services = append(w.services, memberOf{t.strs.intern(svc), t.portsOf(pl)})
 	}
 	if c.Namespace == t.node.Namespace && c.ServiceAccount == t.node.ServiceAccount &&
 		slices.ContainsFunc(c.Addresses, func(a netip.Addr) bool { return t.own[a] }) {
@@ -381,12 +454,12 @@ func (t *Tracker) claimWorkload(w *trackedWorkload) {
 	t.wls[w.res] = w
 	t.dirtyW[w.res] = true
 	for _, a := range w.cfg.Addresses {
-		t.addrClaims[a] = t.claim(t.addrClaims[a], w)
+		t.addrClaims.set(a, t.claim(t.addrClaims.list(a), w))
 		t.dirtyWP[wpAddr(a)] = true
 	}
-	t.nameClaims[w.key] = t.claim(t.nameClaims[w.key], w)
-	t.watch(w.waypoint, "w"+w.res)
-	t.watch(w.netGW, "g"+w.res) // "g": a user of the target as its network gateway
+	t.nameClaims.set(w.key, t.claim(t.nameClaims.list(w.key), w))
+	t.watch(w.waypoint(), "w"+w.res)
+	t.watch(w.netGW(), "g"+w.res) // "g": a user of the target as its network gateway
 }
 
 func (t *Tracker) claim(list []*trackedWorkload, w *trackedWorkload) []*trackedWorkload {
@@ -433,17 +506,17 @@ func (t *Tracker) addService(name string, msg *workloadapi.Service) {
 		t.vips[v] = slices.Compact(l)
 	}
 	for _, vp := range s.vipPorts {
-		l := append(slices.Clone(t.vipClaims[vp]), s)
+		l := append(slices.Clone(t.vipClaims.list(vp)), s)
 		slices.SortFunc(l, byName)
 		for _, x := range l {
 			t.dirtyS[x.res] = true
 		}
-		t.vipClaims[vp] = l
+		t.vipClaims.set(vp, l)
 		t.dirtyWP[wpAddr(vp.Addr())] = true
 	}
-	l := append(slices.Clone(t.keyClaims[s.key]), s)
+	l := append(slices.Clone(t.keyClaims.list(s.key)), s)
 	slices.SortFunc(l, byName)
-	t.keyClaims[s.key] = l
+	t.keyClaims.set(s.key, l)
 	t.dirtyWP[wpHost(s.key)] = true
 	t.watch(msg.GetWaypoint(), "s"+name)
 }
@@ -558,7 +631,7 @@ func (t *Tracker) propagate() {
 	}
 	for key := range t.dirtyKeys {
 		t.dirtyWP[wpHost(key)] = true
-		for _, s := range t.keyClaims[key] {
+		for _, s := range t.keyClaims.list(key) {
 			t.dirtyS[s.res] = true
 		}
 	}
@@ -595,14 +668,14 @@ func (t *Tracker) propagate() {
 func (t *Tracker) workloadClaims(w *trackedWorkload) (kept bool, reason string, silent bool) {
 	addrLost := ""
 	for _, a := range w.cfg.Addresses {
-		if first := t.addrClaims[a][0]; first != w {
+		if first := t.addrClaims.first(a); first != w {
 			addrLost = fmt.Sprintf("workload %s: address %s is also workload %s's", w.key, a, first.key)
 		}
 	}
 	if addrLost != "" && w.cfg.Network != t.network {
 		return false, "", true
 	}
-	if first := t.nameClaims[w.key][0]; first != w {
+	if first := t.nameClaims.first(w.key); first != w {
 		return false, fmt.Sprintf("workload %s: another workload of that namespace and name is held", w.key), false
 	}
 	return addrLost == "", addrLost, false
@@ -610,7 +683,7 @@ func (t *Tracker) workloadClaims(w *trackedWorkload) (kept bool, reason string, 
 
 func (t *Tracker) serviceClaims(s *trackedService) (bool, string) {
 	for _, vp := range s.vipPorts {
-		if first := t.vipClaims[vp][0]; first != s {
+		if first := t.vipClaims.first(vp); first != s {
 			return false, fmt.Sprintf("service %s: %s is also service %s's", s.key, vp, first.key)
 		}
 	}
@@ -625,23 +698,28 @@ func (t *Tracker) emit(ch Changes) Changes {
 		var next *config.Workload
 		if w := t.wls[res]; w != nil && w.kept {
 			next = &w.cfg // never changed once converted: shared with the emitted entry
-			if w.waypoint != nil || w.netGW != nil && w.cfg.Network != t.network {
+			if w.waypoint() != nil || w.netGW() != nil && w.cfg.Network != t.network {
 				c := w.cfg
-				c.Waypoint = t.resolveWaypoint(w.waypoint)
+				c.Waypoint = t.resolveWaypoint(w.waypoint())
 				if w.cfg.Network != t.network {
-					c.NetworkGateway = t.resolveGateway(w.netGW, w.cfg.Network)
+					c.NetworkGateway = t.resolveGateway(w.netGW(), w.cfg.Network)
 				}
 				next = &c
 			}
 		}
-		prev, had := t.outW[res]
-		if next == nil && !had || next != nil && had && reflect.DeepEqual(prev, next) {
-			continue
+		w := t.wls[res]
+		prev, had := t.goneW[res]
+		if !had && w != nil {
+			prev = w.out
 		}
-		if next == nil {
-			delete(t.outW, res)
-		} else {
-			t.outW[res] = next
+		if w != nil {
+			w.out = next
+		}
+		if next == nil && prev == nil || next != nil && prev != nil && reflect.DeepEqual(prev, next) {
+			if w != nil {
+				w.out = prev // the same entry: the one the gateway holds
+			}
+			continue
 		}
 		ch.Workloads[res] = next
 	}
@@ -743,8 +821,8 @@ func (t *Tracker) resolveGateway(gw *workloadapi.GatewayAddress, network string)
 		}
 		ip = ip.Unmap()
 		wp.Name = ip.String()
-		if claims := t.addrClaims[ip]; len(claims) > 0 && claims[0].kept {
-			wp.Endpoints = []config.WaypointEndpoint{{Address: netip.AddrPortFrom(ip, port), Identity: claims[0].cfg.Identity}}
+		if first := t.addrClaims.first(ip); first != nil && first.kept {
+			wp.Endpoints = []config.WaypointEndpoint{{Address: netip.AddrPortFrom(ip, port), Identity: first.cfg.Identity}}
 			return wp
 		}
 		svc = t.serviceAtVIP(ip)
@@ -770,10 +848,7 @@ func (t *Tracker) resolveGateway(gw *workloadapi.GatewayAddress, network string)
 // serviceOfKey is the first service by resource name of a namespace and
 // hostname.
 func (t *Tracker) serviceOfKey(key string) *trackedService {
-	for _, s := range t.keyClaims[key] {
-		return s
-	}
-	return nil
+	return t.keyClaims.first(key)
 }
 
 // serviceAtVIP is the first kept service, by resource name, with the VIP
@@ -791,7 +866,7 @@ func (t *Tracker) serviceAtVIP(ip netip.Addr) *trackedService {
 func (t *Tracker) policies() []config.Policy {
 	selected := map[string]bool{}
 	if t.self != nil {
-		for _, k := range t.self.authz {
+		for _, k := range t.self.authz() {
 			selected[k] = true
 		}
 	}
@@ -833,12 +908,14 @@ func (t *Tracker) rejections() []Rejection {
 func (t *Tracker) State() State {
 	st := State{Self: t.selfEntry(), Network: t.network, Rejections: t.rejections(), Policies: t.policies()}
 	var ws []*trackedWorkload
-	for res := range t.outW {
-		ws = append(ws, t.wls[res])
+	for _, w := range t.wls {
+		if w.out != nil {
+			ws = append(ws, w)
+		}
 	}
 	slices.SortFunc(ws, t.claimOrder)
 	for _, w := range ws {
-		st.Workloads = append(st.Workloads, *t.outW[w.res])
+		st.Workloads = append(st.Workloads, *w.out)
 	}
 	for _, res := range sortedKeys(t.outS) {
 		st.Services = append(st.Services, *t.outS[res])
