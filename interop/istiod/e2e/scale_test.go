@@ -43,8 +43,10 @@ import (
 //	                      1000,20000,100000)
 //	MESHTUN_SCALE_CHURN   how long each churn window lasts (default 5s)
 //	MESHTUN_SCALE_OUT     a directory for the report (scale.md, scale.json)
-//	                      and, at the largest size, a CPU profile of node
-//	                      A's gateway under churn (push.pprof)
+//	                      and, at the largest size, CPU profiles of node
+//	                      A's gateway under churn (push.pprof) and in the
+//	                      first minute of the bulk add (bulk.pprof), and
+//	                      its heap after a collection (heap.pprof)
 //	MESHTUN_BIN           an earlier meshtun build to measure instead
 const (
 	scaleNS        = "scale"
@@ -115,9 +117,17 @@ func TestScale(t *testing.T) {
 
 	var rows []scaleRow
 	for i, n := range sizes {
-		row := s.grow(n)
+		bulkProfile := ""
+		if out != "" && i == len(sizes)-1 {
+			bulkProfile = filepath.Join(out, "bulk.pprof")
+		}
+		row := s.grow(n, bulkProfile)
 		s.measure(&row, flow, churnFor)
 		if out != "" && i == len(sizes)-1 {
+			// What the heap holds at the largest size, after a collection.
+			if err := s.pprof(filepath.Join(out, "heap.pprof"), "heap?gc=1", 0); err != nil {
+				t.Errorf("heap profile of node A: %v", err)
+			}
 			s.profile(filepath.Join(out, "push.pprof"), churnFor)
 		}
 		rows = append(rows, row)
@@ -210,10 +220,22 @@ func (s *scaler) newPod(svc int) scalePod {
 // grow adds pods (and a Service for each podsPerService of them) until
 // the namespace holds n, as fast as Istio takes them, and measures node
 // A's CPU until it holds every address Istio's index has.
-func (s *scaler) grow(n int) scaleRow {
+func (s *scaler) grow(n int, profile string) scaleRow {
 	t := s.t
 	row := scaleRow{Pods: n, BulkPods: n - len(s.live)}
 	cpu0, upd0, start := cpuOf(t, s.pid), s.updates(), time.Now()
+	if profile != "" {
+		// At most the first minute of the add (Istio's pace is steady,
+		// about 80 pods a second here), not beyond its end.
+		wait := s.startProfile(profile, min(60, max(1, row.BulkPods/80)))
+		defer func() {
+			if err := wait(); err != nil {
+				t.Errorf("CPU profile of node A during the bulk add: %v", err)
+			} else {
+				t.Logf("CPU profile of node A's first minute of the bulk add to %d pods: %s", n, profile)
+			}
+		}()
+	}
 	for len(s.live) < n {
 		svc := len(s.live) / podsPerService
 		if svc >= s.services {
@@ -389,35 +411,46 @@ func (s *scaler) churn(d time.Duration, added func(ip string, created time.Time)
 
 // profile takes a CPU profile of node A's gateway while the mesh churns.
 func (s *scaler) profile(path string, d time.Duration) {
-	t := s.t
-	must(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	secs := int(d.Seconds())
-	done := make(chan error, 1)
-	go func() {
-		c := httpIn(s.a)
-		c.Timeout = d + 30*time.Second
-		resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", adminAddr, secs))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("%s: %.200s", resp.Status, b)
-		}
-		if err == nil {
-			err = os.WriteFile(path, b, 0o644)
-		}
-		done <- err
-	}()
+	wait := s.startProfile(path, secs)
 	s.churn(time.Duration(secs)*time.Second, nil)
-	if err := <-done; err != nil {
-		t.Errorf("CPU profile of node A under churn: %v", err)
+	if err := wait(); err != nil {
+		s.t.Errorf("CPU profile of node A under churn: %v", err)
 		return
 	}
 	s.waitRouted(s.live[len(s.live)-1].ip, 10*time.Minute)
-	t.Logf("CPU profile of node A under churn at %d pods: %s", len(s.live), path)
+	s.t.Logf("CPU profile of node A under churn at %d pods: %s", len(s.live), path)
+}
+
+// startProfile starts a CPU profile of node A's gateway of secs seconds,
+// written to path; wait returns when it is written.
+func (s *scaler) startProfile(path string, secs int) (wait func() error) {
+	done := make(chan error, 1)
+	go func() {
+		done <- s.pprof(path, fmt.Sprintf("profile?seconds=%d", secs), time.Duration(secs)*time.Second)
+	}()
+	return func() error { return <-done }
+}
+
+// pprof writes node A's gateway's /debug/pprof/<what> to path; the
+// profile takes d.
+func (s *scaler) pprof(path, what string, d time.Duration) error {
+	must(s.t, os.MkdirAll(filepath.Dir(path), 0o755))
+	c := httpIn(s.a)
+	c.Timeout = d + 30*time.Second
+	resp, err := c.Get(fmt.Sprintf("http://%s/debug/pprof/%s", adminAddr, what))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s: %.200s", resp.Status, b)
+	}
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	return err
 }
 
 // checkRouted checks a sample of what node A ended with: live pods and
