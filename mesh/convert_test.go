@@ -479,3 +479,43 @@ func TestConvertOtherNetworkVIPs(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint's own target ports are kept only where they route
+// differently from the service's: the router takes a non-zero one over
+// the service's, so the rest would cost memory and change nothing.
+func TestEndpointPortsOnlyWhereTheyDiffer(t *testing.T) {
+	snap := Snapshot{AddressesReady: true, AuthorizationsReady: true, Addresses: map[string]*workloadapi.Address{}}
+	service := func(name, vip string, target uint32) {
+		snap.Addresses[name] = svcAddr(&workloadapi.Service{Name: name, Namespace: "default", Hostname: name + ".default.svc.cluster.local",
+			Addresses: []*workloadapi.NetworkAddress{{Address: ip(vip)}},
+			Ports:     []*workloadapi.Port{{ServicePort: 80, TargetPort: target}, {ServicePort: 81, TargetPort: target}}})
+	}
+	service("fixed", "10.96.1.1", 8080) // 80 → 8080, 81 → 8080
+	service("named", "10.96.1.2", 0)    // the endpoint's
+	pod := func(name, addr, svc string, pl *workloadapi.PortList) {
+		snap.Addresses[name] = wlAddr(&workloadapi.Workload{Uid: name, Name: name, Namespace: "default",
+			Addresses: [][]byte{ip(addr)}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE,
+			Services: map[string]*workloadapi.PortList{"default/" + svc + ".default.svc.cluster.local": pl}})
+	}
+	pod("same", "10.1.0.1", "fixed", ports(80, 8080, 81, 8080))
+	pod("zero", "10.1.0.2", "fixed", ports(80, 0))
+	pod("one-differs", "10.1.0.3", "fixed", ports(80, 8080, 81, 9091))
+	pod("own", "10.1.0.4", "named", ports(80, 9090, 81, 9091))
+	st := Convert(snap, convNode)
+	want := map[string]map[string]map[uint16]uint16{
+		"fixed": {"default/one-differs": {80: 8080, 81: 9091}},
+		"named": {"default/own": {80: 9090, 81: 9091}},
+	}
+	for name, ports := range want {
+		s := find(st.Services, func(s config.Service) string { return s.Name }, name)
+		if s == nil {
+			t.Fatalf("service %s missing", name)
+		}
+		if !reflect.DeepEqual(s.EndpointPorts, ports) {
+			t.Errorf("service %s: endpoint ports %v, want %v", name, s.EndpointPorts, ports)
+		}
+	}
+	if s := find(st.Services, func(s config.Service) string { return s.Name }, "fixed"); !reflect.DeepEqual(s.Endpoints, []string{"default/one-differs", "default/same", "default/zero"}) {
+		t.Errorf("service fixed: endpoints %v, want all three", s.Endpoints)
+	}
+}

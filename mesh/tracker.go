@@ -58,12 +58,12 @@ type Tracker struct {
 	addrClaims claimIndex[netip.Addr, trackedWorkload] // each sorted by claimOrder
 	nameClaims claimIndex[string, trackedWorkload]     // by namespace/name
 	vipClaims  claimIndex[netip.AddrPort, trackedService]
-	vips       map[netip.Addr][]*trackedService       // the services with each VIP of ours, by resource name
-	keyClaims  claimIndex[string, trackedService]     // by namespace/hostname, sorted by resource name
-	members    map[string]map[string]*trackedWorkload // service key → its kept workloads, by resource name
-	wpUsers    map[string]map[string]bool             // waypoint target (wpTarget) → users ("w"+res, "s"+res)
-	candidates map[string]*trackedWorkload            // workloads that could be this node's own
-	portMaps   map[string]map[uint16]uint16           // portsOf's, by their ports written out
+	vips       map[netip.Addr][]*trackedService   // the services with each VIP of ours, by resource name
+	keyClaims  claimIndex[string, trackedService] // by namespace/hostname, sorted by resource name
+	members    map[string][]*trackedWorkload      // service key → its kept workloads, in no order
+	wpUsers    map[string]map[string]bool         // waypoint target (wpTarget) → users ("w"+res, "s"+res)
+	candidates map[string]*trackedWorkload        // workloads that could be this node's own
+	portMaps   map[string]map[uint16]uint16       // portsOf's, by their ports written out
 
 	self    *trackedWorkload
 	network string
@@ -272,7 +272,7 @@ func (t *Tracker) resetIndexes() {
 	t.vipClaims = newClaimIndex[netip.AddrPort, trackedService]()
 	t.vips = map[netip.Addr][]*trackedService{}
 	t.keyClaims = newClaimIndex[string, trackedService]()
-	t.members = map[string]map[string]*trackedWorkload{}
+	t.members = map[string][]*trackedWorkload{}
 	t.wpUsers = map[string]map[string]bool{}
 }
 
@@ -591,14 +591,24 @@ func (t *Tracker) setMember(w *trackedWorkload, in bool) {
 	for _, ms := range w.services {
 		key := ms.key
 		if in {
-			if t.members[key] == nil {
-				t.members[key] = map[string]*trackedWorkload{}
-			}
-			t.members[key][w.res] = w
+			// A slice, not a set: a map per service cost as much again
+			// as its members, and a change of a member rebuilds the
+			// service's entry from all of them anyway.
+			t.members[key] = append(t.members[key], w)
 		} else {
-			delete(t.members[key], w.res)
-			if len(t.members[key]) == 0 {
+			l := t.members[key]
+			if i := slices.Index(l, w); i >= 0 {
+				l[i] = l[len(l)-1]
+				l[len(l)-1] = nil
+				l = l[:len(l)-1]
+			}
+			if len(l) == 0 {
 				delete(t.members, key)
+			} else {
+				if cap(l) > 16 && len(l) < cap(l)/4 {
+					l = slices.Clip(slices.Clone(l)) // a service that shrank
+				}
+				t.members[key] = l
 			}
 		}
 		t.dirtyKeys[key] = true
@@ -767,17 +777,34 @@ func (w *trackedWorkload) portsIn(key string) map[uint16]uint16 {
 	return nil
 }
 
+// routesAsService says whether an endpoint's own target ports, own, send
+// every port of the service (svc: port → target port) where the
+// service's would: the router takes an endpoint's non-zero target port
+// over the service's.
+func routesAsService(own, svc map[uint16]uint16) bool {
+	for p, t := range svc {
+		if o := own[p]; o != 0 && o != t {
+			return false
+		}
+	}
+	return true
+}
+
 // serviceEntry is s with its endpoints and waypoint.
 func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 	c := s.cfg
 	c.SubjectAltNames = slices.Clone(s.cfg.SubjectAltNames)
 	c.VIPs = slices.Clone(s.cfg.VIPs)
+	c.Endpoints = make([]string, 0, len(t.members[s.key]))
 	for _, m := range t.members[s.key] {
 		if m.cfg.Unhealthy {
 			continue
 		}
 		c.Endpoints = append(c.Endpoints, m.key)
-		if ports := m.portsIn(s.key); len(ports) > 0 {
+		// An endpoint whose ports route as the service's own do is left
+		// out of EndpointPorts: most are, and an entry each is most of
+		// the service's memory.
+		if ports := m.portsIn(s.key); len(ports) > 0 && !routesAsService(ports, s.cfg.Ports) {
 			if c.EndpointPorts == nil {
 				c.EndpointPorts = map[string]map[uint16]uint16{}
 			}
