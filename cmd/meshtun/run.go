@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -139,6 +140,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) error {
 		// serves, with a STATUS= saying what it waits for; readiness
 		// (/healthz/ready) waits for that certificate and xDS's first
 		// complete push (Gateway.Run).
+		if percent, ok := meshGCPercent(os.LookupEnv); ok {
+			debug.SetGCPercent(percent)
+			log.Debug("mesh: the collector runs at a heap of 1.5 times what is live", "GOGC", percent)
+		}
 		m, err := startMesh(cfg, g, log)
 		if err != nil {
 			return err
@@ -451,6 +456,21 @@ func (m *meshClients) watch(g *gateway.Gateway, log hclog.Logger, caAddr string,
 // CA issues is given to g (watch). It returns at once, istiod reachable or
 // not: the clients retry with backoff, and g serves meanwhile. The caller
 // closes the clients.
+// meshGCPercent is the collector's target (GOGC) for a gateway in a mesh,
+// and false when the environment sets GOGC itself. Such a gateway's heap
+// is mostly the mesh's state, which lives as long as the process, and
+// Go's default of 100 lets the heap grow to twice what is live before it
+// collects: twice the memory of every workload in the mesh, for the
+// garbage of a few pushes. 50 holds a 20,000-pod mesh in about a quarter
+// less memory; the collections it adds cost the data path nothing
+// measurable (issue "Scale with the mesh", docs/field-notes.md).
+func meshGCPercent(lookup func(string) (string, bool)) (int, bool) {
+	if _, set := lookup("GOGC"); set {
+		return 0, false // the operator's choice
+	}
+	return 50, true
+}
+
 func startMesh(cfg *config.Config, g *gateway.Gateway, log hclog.Logger) (*meshClients, error) {
 	node, err := meshNode(cfg, mesh.HostAddresses)
 	if err != nil {

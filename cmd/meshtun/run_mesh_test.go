@@ -84,3 +84,16 @@ service_account = "vm-sa"
 		t.Errorf("validate without the token: %v, %q", err, stderr.String())
 	}
 }
+
+func TestMeshGCPercent(t *testing.T) {
+	unset := func(string) (string, bool) { return "", false }
+	if p, ok := meshGCPercent(unset); !ok || p != 50 {
+		t.Errorf("GOGC unset: %d, %v; want 50, true", p, ok)
+	}
+	for _, v := range []string{"100", "off", ""} {
+		set := func(k string) (string, bool) { return v, k == "GOGC" }
+		if p, ok := meshGCPercent(set); ok {
+			t.Errorf("GOGC=%q: the gateway would set %d over the operator's choice", v, p)
+		}
+	}
+}

@@ -137,6 +137,13 @@ func TestScale(t *testing.T) {
 	if err := flow.stop(); err != nil {
 		t.Errorf("the echo flow A → B through the pair during churn: %v", err)
 	}
+	// A gateway in a mesh collects at 1.5 times its live heap unless the
+	// environment says otherwise (the RSS above depends on it).
+	if _, set := os.LookupEnv("GOGC"); !set {
+		if v, err := metricSeries(m.topo.A, "go_gc_gogc_percent"); err != nil || v != 50 {
+			t.Errorf("node A's go_gc_gogc_percent = %v (%v), want 50 with [mesh] and GOGC unset", v, err)
+		}
+	}
 	if v, err := metricSeries(m.topo.A, `meshtun_xds_nacks_total{type="address"}`); err == nil && v != 0 {
 		t.Errorf("node A NACKed %v address responses during the scale run", v)
 	}
