@@ -718,14 +718,18 @@ func (t *Tracker) emit(ch Changes) Changes {
 			}
 		}
 		w := t.wls[res]
-		prev, had := t.goneW[res]
-		if !had && w != nil {
+		prev, replaced := t.goneW[res]
+		if !replaced && w != nil {
 			prev = w.out
 		}
 		if w != nil {
 			w.out = next
 		}
-		if next == nil && prev == nil || next != nil && prev != nil && reflect.DeepEqual(prev, next) {
+		// A workload replaced by an equal one is emitted all the same
+		// when its entry is its own cfg: the gateway would otherwise hold
+		// the old one, and with it the replaced trackedWorkload.
+		fresh := replaced && w != nil && next == &w.cfg
+		if next == nil && prev == nil || next != nil && prev != nil && !fresh && reflect.DeepEqual(prev, next) {
 			if w != nil {
 				w.out = prev // the same entry: the one the gateway holds
 			}

@@ -214,4 +214,15 @@ func TestTrackerChangesWhatChanged(t *testing.T) {
 	if ch.Full || ch.PoliciesChanged {
 		t.Errorf("Full %v, PoliciesChanged %v", ch.Full, ch.PoliciesChanged)
 	}
+
+	// The same pod pushed again: its entry is emitted anew (equal, not
+	// the same), so that nothing holds the replaced one.
+	before := tr.wls["pod-16"].out
+	ch = tr.Apply(Delta{Addresses: map[string]*workloadapi.Address{"pod-16": d.Addresses["pod-16"]}})
+	if got := ch.Workloads["pod-16"]; got == nil || got == before || !reflect.DeepEqual(got, before) {
+		t.Errorf("pod-16 pushed again unchanged: emitted %p (%v), before %p", got, got, before)
+	}
+	if tr.wls["pod-16"].out != ch.Workloads["pod-16"] {
+		t.Errorf("the Tracker's record of what it emitted for pod-16 is not what it emitted")
+	}
 }
