@@ -47,48 +47,56 @@ type entry struct {
 // costs what it names, and an older version of the maps never changes.
 // The XDSClient's mutex guards it.
 type store struct {
-	byType     map[string]pmap.Map[string, entry]
+	byName     map[string]pmap.Map[string, string] // by type: name → version
 	ready      map[string]bool
 	generation uint64
-	// messages keeps each resource's message, for snapshot; without it
-	// only names and versions are held (what a reconnect sends), and the
-	// message lives as long as its consumer keeps it.
+	// messages keeps each resource's message (msgs, by type), for
+	// snapshot; without it only names and versions are held (what a
+	// reconnect sends), and the message lives as long as its consumer
+	// keeps it: the gateway's path, where an entry per resource of the
+	// mesh is worth its every byte.
 	messages bool
+	msgs     map[string]pmap.Map[string, proto.Message]
+}
+
+func newStore(messages bool) *store {
+	return &store{byName: map[string]pmap.Map[string, string]{}, msgs: map[string]pmap.Map[string, proto.Message]{},
+		ready: map[string]bool{}, messages: messages}
 }
 
 // versions returns name → version of what is held of typ.
 func (s *store) versions(typ string) map[string]string {
-	out := make(map[string]string, s.byType[typ].Len())
-	for name, e := range s.byType[typ].All() {
-		out[name] = e.version
+	out := make(map[string]string, s.byName[typ].Len())
+	for name, v := range s.byName[typ].All() {
+		out[name] = v
 	}
 	return out
 }
 
-func (s *store) count(typ string) int { return s.byType[typ].Len() }
+func (s *store) count(typ string) int { return s.byName[typ].Len() }
 
 // apply removes, then adds or replaces, and returns what changed: the
 // resources accepted, and those of removed that were held.
 func (s *store) apply(typ string, accepted map[string]entry, removed []string) (gone []string, changed bool) {
-	next := s.byType[typ]
+	versions, msgs := s.byName[typ], s.msgs[typ]
 	for _, name := range removed {
-		if _, ok := next.Get(name); ok {
+		if _, ok := versions.Get(name); ok {
 			if _, again := accepted[name]; !again {
 				gone = append(gone, name)
 			}
-			next = next.Delete(name)
+			versions, msgs = versions.Delete(name), msgs.Delete(name)
 		}
 	}
 	if len(accepted) == 0 && len(gone) == 0 {
 		return nil, false
 	}
 	for name, e := range accepted {
-		if !s.messages {
-			e.msg = nil
+		versions = versions.Set(name, e.version)
+		if s.messages {
+			msgs = msgs.Set(name, e.msg)
 		}
-		next = next.Set(name, e)
 	}
-	s.byType[typ] = next
+	s.byName[typ], s.msgs[typ] = versions, msgs
 	s.generation++
 	return gone, true
 }
@@ -96,17 +104,13 @@ func (s *store) apply(typ string, accepted map[string]entry, removed []string) (
 // snapshot is every resource held, in Go maps: it costs what the mesh
 // holds, for XDSOptions.OnUpdate and XDSClient.Snapshot, not for deltas.
 func (s *store) snapshot() Snapshot {
-	addresses := make(map[string]*workloadapi.Address, s.byType[AddressType].Len())
-	for name, e := range s.byType[AddressType].All() {
-		if e.msg != nil {
-			addresses[name] = e.msg.(*workloadapi.Address)
-		}
+	addresses := make(map[string]*workloadapi.Address, s.msgs[AddressType].Len())
+	for name, m := range s.msgs[AddressType].All() {
+		addresses[name] = m.(*workloadapi.Address)
 	}
-	authorizations := make(map[string]*security.Authorization, s.byType[AuthorizationType].Len())
-	for name, e := range s.byType[AuthorizationType].All() {
-		if e.msg != nil {
-			authorizations[name] = e.msg.(*security.Authorization)
-		}
+	authorizations := make(map[string]*security.Authorization, s.msgs[AuthorizationType].Len())
+	for name, m := range s.msgs[AuthorizationType].All() {
+		authorizations[name] = m.(*security.Authorization)
 	}
 	return Snapshot{
 		Addresses:           addresses,

@@ -15,8 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"istio.io/istio/pkg/workloadapi"
 	"istio.io/istio/pkg/workloadapi/security"
-
-	"github.com/meshtun/meshtun/internal/pmap"
 )
 
 // The two types meshtun subscribes to, both as wildcards.
@@ -153,7 +151,7 @@ func NewXDSClient(opts XDSOptions) (*XDSClient, error) {
 		log:      orNop(opts.Logger),
 		bcfg:     bcfg,
 		ready:    make(chan struct{}),
-		store:    &store{byType: map[string]pmap.Map[string, entry]{}, ready: map[string]bool{}, messages: opts.OnUpdate != nil},
+		store:    newStore(opts.OnUpdate != nil),
 		stats:    stats,
 	}, nil
 }
