@@ -157,8 +157,8 @@ func (b *meshBuild) setWorkload(res string, w *config.Workload) {
 		}
 	}
 	if hadOld {
-		for _, a := range old.addresses {
-			if wr != nil && slices.Contains(wr.addresses, a) {
+		for _, a := range old.addresses() {
+			if wr != nil && slices.Contains(wr.addresses(), a) {
 				continue // set to wr below
 			}
 			if cur, _ := b.routes.workloads.Get(a); cur == old {
@@ -178,7 +178,7 @@ func (b *meshBuild) setWorkload(res string, w *config.Workload) {
 		return
 	}
 	b.wlRes = b.wlRes.Set(res, wr)
-	for _, a := range wr.addresses {
+	for _, a := range wr.addresses() {
 		b.routes.workloads = b.routes.workloads.Set(a, wr)
 	}
 	b.routes.byName = b.routes.byName.Set(wr.name, wr)

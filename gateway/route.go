@@ -165,15 +165,33 @@ type meshRoutes struct {
 	hosts     pmap.Map[string, int]                 // service hostnames, with how many services have each
 }
 
+// A workloadRoute is held for every workload of the mesh: what w holds
+// is read from it rather than copied.
 type workloadRoute struct {
-	name      string // namespace/name
-	direct    bool   // protocol TCP: dialled as it is, no HBONE
-	identity  string
-	addresses []netip.Addr     // w's, unmapped
-	network   string           // set for a workload of another network than ours
-	named     *config.Waypoint // network's gateway as named (network set only)
-	gateway   *config.Waypoint // named, when it has instances and w speaks HBONE
-	w         *config.Workload
+	name     string // namespace/name
+	identity string
+	unmapped *[]netip.Addr    // w's addresses unmapped, where some are not (a file's)
+	named    *config.Waypoint // network's gateway as named (other only)
+	gateway  *config.Waypoint // named, when it has instances and w speaks HBONE
+	w        *config.Workload
+	direct   bool // protocol TCP: dialled as it is, no HBONE
+	other    bool // w is in another network than ours (w.Network)
+}
+
+// addresses are w's addresses, unmapped.
+func (wr *workloadRoute) addresses() []netip.Addr {
+	if wr.unmapped != nil {
+		return *wr.unmapped
+	}
+	return wr.w.Addresses // the mesh's are unmapped
+}
+
+// network is w's network when it is another than ours, else "".
+func (wr *workloadRoute) network() string {
+	if wr.other {
+		return wr.w.Network
+	}
+	return ""
 }
 
 type serviceRoute struct {
@@ -214,7 +232,7 @@ func NewRouter(cfg *config.Config) *Router {
 	byName := make(map[string]*workloadRoute, len(cfg.Workloads))
 	for i := range cfg.Workloads {
 		wr := newWorkloadRoute(&cfg.Workloads[i], cfg)
-		for _, a := range wr.addresses {
+		for _, a := range wr.addresses() {
 			r.workloads[a] = wr
 		}
 		byName[wr.name] = wr
@@ -248,20 +266,20 @@ func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
 	// the network istiod says.
 	switch {
 	case w.Source == config.SourceXDS && w.Network != cfg.Network:
-		wr.network, wr.named = w.Network, w.NetworkGateway
+		wr.other, wr.named = w.Network != "", w.NetworkGateway
 	case w.Source != config.SourceXDS && w.Network != "" && w.Network != cfg.Network:
-		wr.network, wr.named = w.Network, fileGateway(cfg, w.Network)
+		wr.other, wr.named = true, fileGateway(cfg, w.Network)
 	}
 	// A protocol TCP workload has nothing to end the inner HBONE.
 	if gw := wr.named; gw != nil && len(gw.Endpoints) > 0 && !wr.direct {
 		wr.gateway = gw
 	}
-	wr.addresses = w.Addresses // the mesh's are unmapped: shared
 	if slices.ContainsFunc(w.Addresses, netip.Addr.Is4In6) {
-		wr.addresses = nil
+		var unmapped []netip.Addr
 		for _, a := range w.Addresses {
-			wr.addresses = append(wr.addresses, a.Unmap())
+			unmapped = append(unmapped, a.Unmap())
 		}
+		wr.unmapped = &unmapped
 	}
 	return wr
 }
@@ -289,8 +307,8 @@ func newServiceRoute(s *config.Service, byName func(string) (*workloadRoute, boo
 			}
 			switch {
 			case t == 0: // neither the endpoint nor the service says where
-			case w.network != "" && w.gateway == nil:
-				sr.remote[port] = w.network
+			case w.other && w.gateway == nil:
+				sr.remote[port] = w.network()
 			default:
 				sr.byPort[port] = append(sr.byPort[port], endpointRoute{w, t})
 			}
@@ -329,8 +347,8 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	}
 	if ok {
 		plan.Via = "workload " + w.name
-		if w.network != "" && w.gateway == nil {
-			return r.otherNetwork(plan, "workload "+w.name, w.network, w.named, w.direct)
+		if w.other && w.gateway == nil {
+			return r.otherNetwork(plan, "workload "+w.name, w.network(), w.named, w.direct)
 		}
 		if w.w.Waypoint != nil && w.gateway == nil {
 			return waypointRoute(plan, w.w.Waypoint, pick)
@@ -391,7 +409,7 @@ func viaGateway(plan Plan, w *workloadRoute, pick Pick) Plan {
 	n := len(gw.Endpoints)
 	i := choose(pick, "gateway "+gw.Name, n)
 	ep := gw.Endpoints[i]
-	hop := &GatewayHop{Name: gw.Name, Network: w.network, Address: ep.Address,
+	hop := &GatewayHop{Name: gw.Name, Network: w.network(), Address: ep.Address,
 		Identities: []string{ep.Identity}, Instance: i, Instances: n}
 	for _, san := range gw.SubjectAltNames {
 		if !slices.Contains(hop.Identities, san) {
@@ -512,13 +530,13 @@ func (w *workloadRoute) route(plan Plan, target netip.AddrPort, pick Pick) Plan 
 // addressLike returns w's first address of the same family as like, or
 // else its first address.
 func (w *workloadRoute) addressLike(like netip.Addr) (netip.Addr, bool) {
-	for _, a := range w.addresses {
+	for _, a := range w.addresses() {
 		if a.Is4() == like.Is4() {
 			return a, true
 		}
 	}
-	if len(w.addresses) > 0 {
-		return w.addresses[0], true
+	if len(w.addresses()) > 0 {
+		return w.addresses()[0], true
 	}
 	return netip.Addr{}, false
 }
@@ -539,13 +557,13 @@ func (r *Router) nameTarget(host string, port uint16, vips []netip.Addr, local n
 	s := found.serviceRoute
 	var ours []netip.AddrPort
 	for _, ep := range s.byPort[port] {
-		if ep.w.network != "" {
+		if ep.w.other {
 			continue
 		}
-		if slices.Contains(ep.w.addresses, local) {
+		if slices.Contains(ep.w.addresses(), local) {
 			return netip.AddrPortFrom(local, ep.port), nil
 		}
-		for _, a := range ep.w.addresses {
+		for _, a := range ep.w.addresses() {
 			if served(a) {
 				ours = append(ours, netip.AddrPortFrom(a, ep.port))
 				break
