@@ -55,8 +55,8 @@ type Tracker struct {
 	pols     map[string]trackedPolicy    // converted
 	rejected map[string]trackedRejection // by addrKey or polKey
 
-	addrClaims claimIndex[netip.Addr, trackedWorkload] // each sorted by claimOrder
-	nameClaims claimIndex[string, trackedWorkload]     // by namespace/name
+	addrClaims claimIndex[ipKey, trackedWorkload]  // each sorted by claimOrder
+	nameClaims claimIndex[string, trackedWorkload] // by namespace/name
 	vipClaims  claimIndex[netip.AddrPort, trackedService]
 	vips       map[netip.Addr][]*trackedService   // the services with each VIP of ours, by resource name
 	keyClaims  claimIndex[string, trackedService] // by namespace/hostname, sorted by resource name
@@ -121,6 +121,14 @@ func (w *trackedWorkload) authz() []string {
 	}
 	return w.refs.authz
 }
+
+// ipKey is an address as a claim's key: its 16 bytes, without the zone
+// netip.Addr carries a pointer for (the mesh's addresses have none, and
+// are unmapped, so an IPv4 address and its mapped form never meet), a
+// third smaller in a map of every address of the mesh.
+type ipKey [16]byte
+
+func keyOf(a netip.Addr) ipKey { return a.As16() }
 
 // claimIndex is the claimants of each key, in claim order. Nearly every
 // key has one, which one holds without a slice of its own (a slice and
@@ -267,7 +275,7 @@ func NewTracker(node Node) *Tracker {
 }
 
 func (t *Tracker) resetIndexes() {
-	t.addrClaims = newClaimIndex[netip.Addr, trackedWorkload]()
+	t.addrClaims = newClaimIndex[ipKey, trackedWorkload]()
 	t.nameClaims = newClaimIndex[string, trackedWorkload]()
 	t.vipClaims = newClaimIndex[netip.AddrPort, trackedService]()
 	t.vips = map[netip.Addr][]*trackedService{}
@@ -363,7 +371,7 @@ func (t *Tracker) removeAddress(name string) {
 		}
 		t.dirtyW[name] = true
 		for _, a := range w.cfg.Addresses {
-			t.addrClaims.set(a, t.unclaim(t.addrClaims.list(a), w))
+			t.addrClaims.set(keyOf(a), t.unclaim(t.addrClaims.list(keyOf(a)), w))
 			t.dirtyWP[wpAddr(a)] = true
 		}
 		t.nameClaims.set(w.key, t.unclaim(t.nameClaims.list(w.key), w))
@@ -454,7 +462,7 @@ func (t *Tracker) claimWorkload(w *trackedWorkload) {
 	t.wls[w.res] = w
 	t.dirtyW[w.res] = true
 	for _, a := range w.cfg.Addresses {
-		t.addrClaims.set(a, t.claim(t.addrClaims.list(a), w))
+		t.addrClaims.set(keyOf(a), t.claim(t.addrClaims.list(keyOf(a)), w))
 		t.dirtyWP[wpAddr(a)] = true
 	}
 	t.nameClaims.set(w.key, t.claim(t.nameClaims.list(w.key), w))
@@ -678,7 +686,7 @@ func (t *Tracker) propagate() {
 func (t *Tracker) workloadClaims(w *trackedWorkload) (kept bool, reason string, silent bool) {
 	addrLost := ""
 	for _, a := range w.cfg.Addresses {
-		if first := t.addrClaims.first(a); first != w {
+		if first := t.addrClaims.first(keyOf(a)); first != w {
 			addrLost = fmt.Sprintf("workload %s: address %s is also workload %s's", w.key, a, first.key)
 		}
 	}
@@ -852,7 +860,7 @@ func (t *Tracker) resolveGateway(gw *workloadapi.GatewayAddress, network string)
 		}
 		ip = ip.Unmap()
 		wp.Name = ip.String()
-		if first := t.addrClaims.first(ip); first != nil && first.kept {
+		if first := t.addrClaims.first(keyOf(ip)); first != nil && first.kept {
 			wp.Endpoints = []config.WaypointEndpoint{{Address: netip.AddrPortFrom(ip, port), Identity: first.cfg.Identity}}
 			return wp
 		}
