@@ -751,11 +751,24 @@ var (
 		"xDS responses NACKed because at least one resource was rejected, by type; unknown: responses of a type not subscribed to.", []string{"type"}, nil)
 	xdsCoalescedDesc = prometheus.NewDesc("meshtun_xds_coalesced_total",
 		"xDS responses applied together with an earlier one, because they arrived while it was being applied: istiod pushing faster than the state is applied.", nil, nil)
+	xdsApplyDesc = prometheus.NewDesc("meshtun_xds_apply_seconds",
+		"Time from receiving an xDS response to sending its ACK: waiting behind the one applied before it, decoding, and putting what it changed in force.", nil, nil)
 	caRenewalsDesc = prometheus.NewDesc("meshtun_ca_renewals_total",
 		"Certificate requests to Istio's CA, the first issuance included, by result: success or failure.", []string{"result"}, nil)
 	caExpiryDesc = prometheus.NewDesc("meshtun_ca_cert_expiry_seconds",
 		"The NotAfter of the mesh certificate held, as Unix time in seconds; alert on it minus time(). No sample before the first certificate.", nil, nil)
 )
+
+// applyHistogram is h as a Prometheus histogram, in seconds.
+func applyHistogram(h mesh.ApplyHistogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(mesh.ApplyBounds))
+	var below uint64
+	for i, b := range mesh.ApplyBounds {
+		below += h.Buckets[i]
+		buckets[b.Seconds()] = below
+	}
+	return prometheus.MustNewConstHistogram(xdsApplyDesc, h.Count, h.Sum.Seconds(), buckets)
+}
 
 // xdsTypeLabel is the type label of an xDS type URL: "address" and
 // "authorization" for the two meshtun subscribes to, the URL itself for
@@ -783,7 +796,7 @@ var _ prometheus.Collector = (*meshCollector)(nil)
 
 func (c *meshCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{xdsConnectedDesc, xdsReconnectsDesc, xdsResourcesDesc,
-		xdsUpdatesDesc, xdsNACKsDesc, xdsCoalescedDesc, caRenewalsDesc, caExpiryDesc} {
+		xdsUpdatesDesc, xdsNACKsDesc, xdsCoalescedDesc, xdsApplyDesc, caRenewalsDesc, caExpiryDesc} {
 		ch <- d
 	}
 }
@@ -797,6 +810,7 @@ func (c *meshCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(xdsConnectedDesc, prometheus.GaugeValue, connected)
 		ch <- prometheus.MustNewConstMetric(xdsReconnectsDesc, prometheus.CounterValue, float64(s.Reconnects))
 		ch <- prometheus.MustNewConstMetric(xdsCoalescedDesc, prometheus.CounterValue, float64(s.Coalesced))
+		ch <- applyHistogram(s.Apply)
 		for url, t := range s.Types {
 			typ := xdsTypeLabel(url)
 			ch <- prometheus.MustNewConstMetric(xdsResourcesDesc, prometheus.GaugeValue, float64(t.Resources), typ)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"maps"
 	"net"
 	"net/http/httptest"
@@ -40,6 +41,14 @@ func gatherSeries(t *testing.T, c prometheus.Collector) map[string]float64 {
 			if _, dup := out[key]; dup {
 				t.Errorf("series twice: %s", key)
 			}
+			if h := m.GetHistogram(); h != nil {
+				out[key+"_count"] = float64(h.GetSampleCount())
+				out[key+"_sum"] = h.GetSampleSum()
+				for _, b := range h.GetBucket() {
+					out[fmt.Sprintf("%s_bucket{le=%g}", key, b.GetUpperBound())] = float64(b.GetCumulativeCount())
+				}
+				continue
+			}
 			out[key] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
@@ -58,6 +67,8 @@ func TestMetricsMeshStats(t *testing.T) {
 		},
 		Coalesced: 13,
 	}
+	xds.Apply.Count, xds.Apply.Sum = 21, 1500*time.Millisecond // one beyond the last bound
+	xds.Apply.Buckets[0], xds.Apply.Buckets[3], xds.Apply.Buckets[len(mesh.ApplyBounds)-1] = 14, 5, 1
 	ca := mesh.CAStats{Identity: "spiffe://cluster.local/ns/vm/sa/vm-sa", Expiry: expiry, Renewals: 11, RenewalFailures: 12}
 	running := &meshCollector{
 		xds: func() (mesh.XDSStats, bool) { return xds, true },
@@ -77,6 +88,19 @@ func TestMetricsMeshStats(t *testing.T) {
 		"meshtun_ca_renewals_total{result=success}":     11,
 		"meshtun_ca_renewals_total{result=failure}":     12,
 		"meshtun_ca_cert_expiry_seconds":                float64(expiry.Unix()) + 0.25,
+		"meshtun_xds_apply_seconds_count":               21,
+		"meshtun_xds_apply_seconds_sum":                 1.5,
+	}
+	// Cumulative: 14 by 100 µs, 19 from 1 ms on, 20 by the last bound.
+	for i, b := range mesh.ApplyBounds {
+		n := 14.0
+		if i >= 3 {
+			n = 19
+		}
+		if i == len(mesh.ApplyBounds)-1 {
+			n = 20
+		}
+		want[fmt.Sprintf("meshtun_xds_apply_seconds_bucket{le=%g}", b.Seconds())] = n
 	}
 	if got := gatherSeries(t, running); !maps.Equal(got, want) {
 		t.Errorf("gathered %v\nwant %v", got, want)

@@ -80,6 +80,39 @@ type XDSStats struct {
 	Coalesced uint64
 	// Types holds one entry per subscribed type URL.
 	Types map[string]TypeStats
+	// Apply is how long each response took from its receipt to its ACK:
+	// waiting behind the one applied before it, decoding, and applying
+	// what it changed to the routing state (OnDelta).
+	Apply ApplyHistogram
+}
+
+// ApplyBounds are the upper bounds of ApplyHistogram's buckets.
+var ApplyBounds = [...]time.Duration{
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+}
+
+// ApplyHistogram counts durations by ApplyBounds.
+type ApplyHistogram struct {
+	Count uint64
+	Sum   time.Duration
+	// Buckets[i] counts the durations at most ApplyBounds[i] and above
+	// the bound before it; longer ones are only in Count.
+	Buckets [len(ApplyBounds)]uint64
+}
+
+func (h *ApplyHistogram) observe(d time.Duration) {
+	h.Count++
+	h.Sum += d
+	for i, b := range ApplyBounds {
+		if d <= b {
+			h.Buckets[i]++
+			return
+		}
+	}
 }
 
 // TypeStats is the state of one subscribed type.
@@ -278,9 +311,10 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 		defer wg.Done()
 		for {
 			resp, err := st.Recv()
+			at := time.Now()
 			c.received.Add(1)
 			select {
-			case recv <- received{resp, err}:
+			case recv <- received{resp, err, at}:
 			case <-ctx.Done():
 				return
 			}
@@ -302,6 +336,7 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 			return delivered, receiveError(r.err)
 		}
 		batch := []*discovery.DeltaDiscoveryResponse{r.resp}
+		arrived := []time.Time{r.at}
 		var pending error
 	more:
 		for len(batch) < maxCoalesce {
@@ -312,6 +347,7 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 					break more
 				}
 				batch = append(batch, r.resp)
+				arrived = append(arrived, r.at)
 			default:
 				break more
 			}
@@ -323,7 +359,14 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 			c.mu.Unlock()
 			c.log.Info("mesh: xds connected", "address", c.conn.Target(), "node", c.node.ID())
 		}
-		for _, ack := range c.handle(batch) {
+		acks := c.handle(batch)
+		now := time.Now()
+		c.mu.Lock()
+		for _, at := range arrived {
+			c.stats.Apply.observe(now.Sub(at))
+		}
+		c.mu.Unlock()
+		for _, ack := range acks {
 			if err := st.Send(ack); err != nil {
 				return delivered, sendError(st, "ack", err)
 			}
@@ -334,10 +377,11 @@ func (c *XDSClient) stream(ctx context.Context) (delivered bool, err error) {
 	}
 }
 
-// received is one Recv's result.
+// received is one Recv's result, and when it returned.
 type received struct {
 	resp *discovery.DeltaDiscoveryResponse
 	err  error
+	at   time.Time
 }
 
 // maxCoalesce bounds the responses read ahead and applied together: a

@@ -780,6 +780,7 @@ func TestXDSCoalesces(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the first push was not applied")
 	}
+	heldFrom := time.Now() // the first push's apply is held from here at least
 	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "2", Resources: []*discovery.Resource{workloadRes(t, "b", "1", "10.1.0.2")}})
 	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "3", RemovedResources: []string{"a"}})
 	send(&discovery.DeltaDiscoveryResponse{TypeUrl: AddressType, Nonce: "4", Resources: []*discovery.Resource{workloadRes(t, "c", "1", "10.1.0.3")}})
@@ -797,6 +798,7 @@ func TestXDSCoalesces(t *testing.T) {
 		t.Fatalf("an ACK (%s) before the state was applied", req.GetResponseNonce())
 	default:
 	}
+	held := time.Since(heldFrom)
 	close(release)
 	first, second := <-deltas, <-deltas
 	if names(first.Delta.Addresses) != "a" {
@@ -810,7 +812,18 @@ func TestXDSCoalesces(t *testing.T) {
 			t.Fatalf("answer %s, want the ACK of %s", ack.GetResponseNonce(), nonce)
 		}
 	}
-	if s := h.client.Stats(); s.Coalesced != 2 || s.Types[AddressType].Resources != 2 {
+	s := h.client.Stats()
+	if s.Coalesced != 2 || s.Types[AddressType].Resources != 2 {
 		t.Errorf("stats: coalesced %d, resources %d; want 2 and 2", s.Coalesced, s.Types[AddressType].Resources)
+	}
+	// Each response's time to its ACK is counted; the first one's holds
+	// at least the time its apply was held (the other three arrived
+	// while it was).
+	var inBuckets uint64
+	for _, n := range s.Apply.Buckets {
+		inBuckets += n
+	}
+	if s.Apply.Count != 4 || inBuckets != 4 || s.Apply.Sum < held {
+		t.Errorf("apply histogram %+v: want 4 responses, all in buckets, summing to at least %v", s.Apply, held)
 	}
 }
