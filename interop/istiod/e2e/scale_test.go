@@ -79,6 +79,13 @@ type scaleRow struct {
 	LagMedian float64 `json:"lag_median_ms"`
 	LagP90    float64 `json:"lag_p90_ms"`
 	LagMax    float64 `json:"lag_max_ms"`
+	// ApplyMean and ApplyP99 are node A's own part of the lag, from its
+	// meshtun_xds_apply_seconds over the lag window: receipt of a
+	// response to its ACK (ApplyP99 is the bucket bound at or above the
+	// 99th percentile).
+	ApplyN    int     `json:"apply_n"`
+	ApplyMean float64 `json:"apply_mean_ms"`
+	ApplyP99  float64 `json:"apply_p99_bound_ms"`
 
 	RSS           int64   `json:"rss_bytes"`
 	RSSPerAddress float64 `json:"rss_bytes_per_address"`
@@ -345,6 +352,8 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	var mu sync.Mutex
 	var lags []time.Duration
 	var wg sync.WaitGroup
+	apply0, err := applyHistogramOf(s.a)
+	must(t, err)
 	s.churn(d, func(ip string, created time.Time) {
 		wg.Add(1)
 		go func() {
@@ -356,6 +365,9 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 		}()
 	})
 	wg.Wait()
+	apply1, err := applyHistogramOf(s.a)
+	must(t, err)
+	row.ApplyN, row.ApplyMean, row.ApplyP99 = apply1.since(apply0)
 	slices.Sort(lags)
 	row.LagN = len(lags)
 	if len(lags) > 0 {
@@ -529,6 +541,73 @@ func (s *scaler) updates() int {
 	return int(v)
 }
 
+// histogram is the samples of a Prometheus histogram: count, sum and the
+// cumulative count at each bucket's bound (seconds).
+type histogram struct {
+	count, sum float64
+	bounds     []float64
+	cum        []float64
+}
+
+// applyHistogramOf reads node n's meshtun_xds_apply_seconds.
+func applyHistogramOf(n *topo.Node) (histogram, error) {
+	const name = "meshtun_xds_apply_seconds"
+	b, err := get(n, metricsAddr, "/metrics")
+	if err != nil {
+		return histogram{}, err
+	}
+	var h histogram
+	seen := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(series, name) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return histogram{}, fmt.Errorf("%s: %v", line, err)
+		}
+		switch {
+		case series == name+"_count":
+			h.count, seen = v, seen+1
+		case series == name+"_sum":
+			h.sum, seen = v, seen+1
+		case strings.HasPrefix(series, name+`_bucket{le="`):
+			le := strings.TrimSuffix(strings.TrimPrefix(series, name+`_bucket{le="`), `"}`)
+			if le == "+Inf" {
+				continue
+			}
+			bound, err := strconv.ParseFloat(le, 64)
+			if err != nil {
+				return histogram{}, fmt.Errorf("%s: %v", line, err)
+			}
+			h.bounds, h.cum = append(h.bounds, bound), append(h.cum, v)
+		}
+	}
+	if seen != 2 || len(h.bounds) == 0 {
+		return histogram{}, fmt.Errorf("/metrics has no histogram %s", name)
+	}
+	return h, nil
+}
+
+// since is what h counted after earlier: how many, their mean and the
+// bound at or above their 99th percentile, in milliseconds (the last
+// bound's double when beyond every bound).
+func (h histogram) since(earlier histogram) (n int, meanMS, p99MS float64) {
+	count := h.count - earlier.count
+	if count <= 0 || len(h.cum) != len(earlier.cum) {
+		return 0, 0, 0
+	}
+	p99MS = 2 * h.bounds[len(h.bounds)-1] * 1000
+	for i := range h.bounds {
+		if h.cum[i]-earlier.cum[i] >= 0.99*count {
+			p99MS = h.bounds[i] * 1000
+			break
+		}
+	}
+	return int(count), (h.sum - earlier.sum) / count * 1000, p99MS
+}
+
 // metricSeries reads one sample of n's /metrics by its series, as the
 // exposition writes it (name{labels}).
 func metricSeries(n *topo.Node, series string) (float64, error) {
@@ -691,16 +770,16 @@ func (f *echoFlow) stop() error {
 // scaleTable writes the rows as the issue's table.
 func scaleTable(rows []scaleRow) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| pods | addresses | bulk add: CPU-s net, raw (wall s, updates) | CPU per push (per change) | add → routed under 10/s: median / p90 / max (n) | RSS (per address) | echo rr p50 idle → churn, p99 | coalesced |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| pods | addresses | bulk add: CPU-s net, raw (wall s, updates) | CPU per push (per change) | add → routed under 10/s: median / p90 / max (n) | of it node A's apply: mean / p99 (responses) | RSS (per address) | echo rr p50 idle → churn, p99 | coalesced |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		co := "–"
 		if r.Coalesced >= 0 {
 			co = strconv.Itoa(r.Coalesced)
 		}
-		fmt.Fprintf(&b, "| %d | %d | %.2f, %.2f (%.1f s, %d) | %.2f ms (%.2f ms) | %.0f / %.0f / %.0f ms (%d) | %.0f MiB (%.2f KiB) | %.0f → %.0f µs, %.0f µs | %s |\n",
+		fmt.Fprintf(&b, "| %d | %d | %.2f, %.2f (%.1f s, %d) | %.2f ms (%.2f ms) | %.0f / %.0f / %.0f ms (%d) | %.2f / ≤ %g ms (%d) | %.0f MiB (%.2f KiB) | %.0f → %.0f µs, %.0f µs | %s |\n",
 			r.Pods, r.Addresses, r.BulkCPUNet, r.BulkCPU, r.BulkWall, r.BulkUpdates, r.CPUPerPush, r.CPUPerChange,
-			r.LagMedian, r.LagP90, r.LagMax, r.LagN, float64(r.RSS)/(1<<20), r.RSSPerAddress/1024,
+			r.LagMedian, r.LagP90, r.LagMax, r.LagN, r.ApplyMean, r.ApplyP99, r.ApplyN, float64(r.RSS)/(1<<20), r.RSSPerAddress/1024,
 			r.FlowIdleP50, r.FlowChurnP50, r.FlowChurnP99, co)
 	}
 	return b.String()
