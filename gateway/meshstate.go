@@ -134,7 +134,12 @@ type meshBuild struct {
 	g      *Gateway
 	cfg    *config.Config // the merged config of the new snapshot
 	routes meshRoutes
-	wlRes  pmap.Map[string, *workloadRoute] // by resource name: what a change replaces
+	// prevW is the workloads of the snapshot built on, by resource name
+	// (none for a full rebuild): what a change replaces. A workload's
+	// route is found from its entry, by its name (routedOf), rather than
+	// through a map of its own: one map entry less for every pod.
+	prevW  pmap.Map[string, *config.Workload]
+	wlN    int // the mesh's workloads routed
 	svcRes pmap.Map[string, *serviceRoute]
 	turns  pmap.Map[string, *atomic.Uint64]
 	prev   pmap.Map[string, *atomic.Uint64] // a full rebuild's predecessor's counters, carried on
@@ -146,7 +151,10 @@ type meshBuild struct {
 // once, over the old value, rather than deleted and set again: each write
 // of a persistent map copies a path.
 func (b *meshBuild) setWorkload(res string, w *config.Workload) {
-	old, hadOld := b.wlRes.Get(res)
+	oldW, hadOld := b.prevW.Get(res)
+	// An entry is routed unless the file's clashed with it (routedOf
+	// cannot say, once another entry of this change took its name).
+	_, oldClashed := b.g.clashes["w"+res]
 	b.g.setClashLocked("w"+res, "")
 	var wr *workloadRoute
 	if w != nil {
@@ -157,27 +165,31 @@ func (b *meshBuild) setWorkload(res string, w *config.Workload) {
 		}
 	}
 	if hadOld {
-		for _, a := range old.addresses() {
+		// The old entry's routes are those that still point at it: a key
+		// another entry of this change took is left to it.
+		oldName := oldW.Namespace + "/" + oldW.Name
+		if !oldClashed {
+			b.wlN--
+		}
+		for _, a := range oldW.Addresses {
+			a = a.Unmap()
 			if wr != nil && slices.Contains(wr.addresses(), a) {
 				continue // set to wr below
 			}
-			if cur, _ := b.routes.workloads.Get(a); cur == old {
+			if cur, _ := b.routes.workloads.Get(a); cur != nil && cur.w == oldW {
 				b.routes.workloads = b.routes.workloads.Delete(a)
 			}
 		}
-		if wr == nil || wr.name != old.name {
-			if cur, _ := b.routes.byName.Get(old.name); cur == old {
-				b.routes.byName = b.routes.byName.Delete(old.name)
+		if wr == nil || wr.name != oldName {
+			if cur, _ := b.routes.byName.Get(oldName); cur != nil && cur.w == oldW {
+				b.routes.byName = b.routes.byName.Delete(oldName)
 			}
-		}
-		if wr == nil {
-			b.wlRes = b.wlRes.Delete(res)
 		}
 	}
 	if wr == nil {
 		return
 	}
-	b.wlRes = b.wlRes.Set(res, wr)
+	b.wlN++
 	for _, a := range wr.addresses() {
 		b.routes.workloads = b.routes.workloads.Set(a, wr)
 	}
@@ -392,7 +404,19 @@ func (g *Gateway) applyMeshLocked(full bool, ch *mesh.Changes) {
 // dropped for a clash), in the order of their resource names: for
 // /config_dump.
 func (s *snapshot) meshWorkloads() []config.Workload {
-	return entriesInForce(s.meshEntries.workloads, s.routed.wl)
+	var keys []string
+	for res, w := range s.meshEntries.workloads.All() {
+		if _, routed := s.router.mesh.routedOf(w); routed {
+			keys = append(keys, res)
+		}
+	}
+	slices.Sort(keys)
+	out := make([]config.Workload, 0, len(keys))
+	for _, k := range keys {
+		w, _ := s.meshEntries.workloads.Get(k)
+		out = append(out, *w)
+	}
+	return out
 }
 
 func (s *snapshot) meshServices() []config.Service {
@@ -414,10 +438,11 @@ func entriesInForce[T any, R any](all pmap.Map[string, *T], routed pmap.Map[stri
 	return out
 }
 
-// routedByRes are the routes of the mesh's entries by resource name.
+// routedByRes are the routes of the mesh's services by resource name,
+// and how many of its workloads are routed.
 type routedByRes struct {
-	wl  pmap.Map[string, *workloadRoute]
-	svc pmap.Map[string, *serviceRoute]
+	workloads int
+	svc       pmap.Map[string, *serviceRoute]
 }
 
 // fullSnapshotLocked is the snapshot of cfg, the merged config, with
@@ -452,7 +477,7 @@ func (g *Gateway) changedSnapshotLocked(cfg *config.Config, prev *snapshot, ch *
 	if ch.PoliciesChanged {
 		next.authz = NewAuthorizer(cfg.Policies)
 	}
-	b := &meshBuild{g: g, cfg: cfg, routes: prev.router.mesh, wlRes: prev.routed.wl, svcRes: prev.routed.svc,
+	b := &meshBuild{g: g, cfg: cfg, routes: prev.router.mesh, prevW: prev.meshEntries.workloads, wlN: prev.routed.workloads, svcRes: prev.routed.svc,
 		turns: prev.endpointTurn, zone: map[string]dnsproxy.Host{}}
 	for res, w := range ch.Workloads {
 		b.setWorkload(res, w)
@@ -466,7 +491,7 @@ func (g *Gateway) changedSnapshotLocked(cfg *config.Config, prev *snapshot, ch *
 // finish puts what b built into next.
 func (b *meshBuild) finish(next *snapshot, zone *dnsproxy.Zone) *snapshot {
 	next.router.mesh = b.routes
-	next.routed = routedByRes{wl: b.wlRes, svc: b.svcRes}
+	next.routed = routedByRes{workloads: b.wlN, svc: b.svcRes}
 	next.endpointTurn = b.turns
 	next.meshEntries = *b.g.mesh
 	next.zone = zone.With(b.zone)

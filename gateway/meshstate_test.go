@@ -194,6 +194,10 @@ func TestMeshChangesMatchRebuild(t *testing.T) {
 			if !sameAsSets(a.meshWorkloads(), b.meshWorkloads()) || !sameAsSets(a.meshServices(), b.meshServices()) {
 				t.Fatalf("seed %d step %d: the entries in force differ", seed, step)
 			}
+			// The count of workloads routed (status) is kept as they change.
+			if n := len(a.meshWorkloads()); a.routed.workloads != n || b.routed.workloads != n {
+				t.Fatalf("seed %d step %d: %d workloads in force, counted %d by the change, %d by the rebuild", seed, step, n, a.routed.workloads, b.routed.workloads)
+			}
 			if !reflect.DeepEqual(a.cfg.Policies, b.cfg.Policies) || !reflect.DeepEqual(a.cfg.HBONE.Serve, b.cfg.HBONE.Serve) || a.cfg.Network != b.cfg.Network {
 				t.Fatalf("seed %d step %d: the merged configs differ", seed, step)
 			}

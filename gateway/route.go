@@ -178,6 +178,16 @@ type workloadRoute struct {
 	other    bool // w is in another network than ours (w.Network)
 }
 
+// routedOf is the route of the mesh's entry w, if w is routed: the route
+// of its name, when it is w's.
+func (m meshRoutes) routedOf(w *config.Workload) (*workloadRoute, bool) {
+	wr, ok := m.byName.Get(w.Namespace + "/" + w.Name)
+	if !ok || wr.w != w {
+		return nil, false
+	}
+	return wr, true
+}
+
 // addresses are w's addresses, unmapped.
 func (wr *workloadRoute) addresses() []netip.Addr {
 	if wr.unmapped != nil {

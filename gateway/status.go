@@ -123,7 +123,7 @@ func (g *Gateway) status() StatusAnswer {
 	a.Workloads[config.SourceFile] = len(cfg.Workloads)
 	a.Services[config.SourceFile] = len(cfg.Services)
 	if cfg.Mesh.Enabled() {
-		a.Workloads[config.SourceXDS] = snap.routed.wl.Len()
+		a.Workloads[config.SourceXDS] = snap.routed.workloads
 		a.Services[config.SourceXDS] = snap.routed.svc.Len()
 	}
 	for _, p := range cfg.Policies {
