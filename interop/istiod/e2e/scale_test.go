@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,11 +70,14 @@ type scaleRow struct {
 	// understates the background, never the add.
 	BulkCPUNet float64 `json:"bulk_cpu_net_seconds"`
 
-	ChurnChanges  int     `json:"churn_changes"` // pods replaced in the CPU window
-	ChurnUpdates  int     `json:"churn_updates"` // xDS responses applied in it
-	IdleCPUPerSec float64 `json:"idle_cpu_ms_per_s"`
-	CPUPerPush    float64 `json:"cpu_ms_per_push"` // idle CPU taken out
-	CPUPerChange  float64 `json:"cpu_ms_per_change"`
+	ChurnChanges  int     `json:"churn_changes"`     // pods replaced in the CPU window
+	ChurnUpdates  int     `json:"churn_updates"`     // xDS responses applied in it
+	IdleCPUPerSec float64 `json:"idle_cpu_ms_per_s"` // the echo flow held
+	// IdleFlowCPUPerSec is the idle rate with the echo flow's round
+	// trips, which the next size's bulk add (the flow running) takes out.
+	IdleFlowCPUPerSec float64 `json:"idle_flow_cpu_ms_per_s"`
+	CPUPerPush        float64 `json:"cpu_ms_per_push"` // idle CPU taken out
+	CPUPerChange      float64 `json:"cpu_ms_per_change"`
 
 	LagN      int     `json:"lag_n"`
 	LagMedian float64 `json:"lag_median_ms"`
@@ -117,6 +121,7 @@ func TestScale(t *testing.T) {
 	s.baseAddrs = s.waitAddresses(s.expected(), 30*time.Second)
 	s.baseRSS = rssOf(t, s.pid)
 	flow := s.startFlow()
+	s.flow = flow
 	defer flow.stop()
 	flow.mark()
 	s.idleRate = s.idleWindow(churnFor)
@@ -191,7 +196,8 @@ type scaler struct {
 
 	baseAddrs int
 	baseRSS   int64
-	idleRate  float64    // ms of CPU a second with the mesh still: the last idle window's
+	idleRate  float64 // ms of CPU a second with the mesh still and the flow running: the last idle window's
+	flow      *echoFlow
 	seq       int        // pods ever made: the next pod's name and IP
 	services  int        // Services made
 	live      []scalePod // pods in the mesh now
@@ -318,16 +324,24 @@ func (s *scaler) waitIndex(n int) int {
 	return len(x.Workloads()) + len(x.Services())
 }
 
-// measure runs the windows of one size: idle, churn for CPU per push,
-// churn with every new pod's lag polled; then RSS.
+// measure runs the windows of one size: idle with the echo flow, idle
+// and churn with the flow held for CPU per push, churn with every new
+// pod's lag polled and the flow running; then RSS.
 func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	t := s.t
-	// Idle: the gateway's own background CPU (timers, certificate
-	// renewals), taken out of the churn window's.
+	// Idle with the flow: its round trips with the mesh still, and the
+	// background the next bulk add's net figure takes out.
 	flow.mark()
-	row.IdleCPUPerSec = s.idleWindow(d)
-	s.idleRate = row.IdleCPUPerSec
+	row.IdleFlowCPUPerSec = s.idleWindow(d)
+	s.idleRate = row.IdleFlowCPUPerSec
 	row.FlowIdleP50 = flow.take().p50
+
+	// The CPU windows hold the flow: its ≈ 20 ms of CPU a second would be
+	// most of what the idle rate takes out of the churn window's again,
+	// and its spread the figure's. Idle: the gateway's own background
+	// (timers, certificate renewals).
+	flow.pause()
+	row.IdleCPUPerSec = s.idleWindow(d)
 
 	// Churn, nothing polled: CPU per push.
 	cpu0, upd0 := cpuOf(t, s.pid), s.updates()
@@ -345,10 +359,11 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	if row.ChurnChanges > 0 {
 		row.CPUPerChange = busy / float64(row.ChurnChanges)
 	}
-	f := flow.take()
-	row.FlowChurnP50, row.FlowChurnP99, row.FlowTrips = f.p50, f.p99, f.n
+	flow.resume()
+	flow.mark()
 
-	// Churn, every new pod polled until routed: the lag.
+	// Churn, every new pod polled until routed: the lag, and the flow
+	// through the pair meanwhile.
 	var mu sync.Mutex
 	var lags []time.Duration
 	var wg sync.WaitGroup
@@ -365,6 +380,8 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 		}()
 	})
 	wg.Wait()
+	f := flow.take()
+	row.FlowChurnP50, row.FlowChurnP99, row.FlowTrips = f.p50, f.p99, f.n
 	apply1, err := applyHistogramOf(s.a)
 	must(t, err)
 	row.ApplyN, row.ApplyMean, row.ApplyP99 = apply1.since(apply0)
@@ -431,6 +448,9 @@ func (s *scaler) churn(d time.Duration, added func(ip string, created time.Time)
 // profile takes a CPU profile of node A's gateway while the mesh churns.
 func (s *scaler) profile(path string, d time.Duration) {
 	secs := int(d.Seconds())
+	// The pushes alone: the echo flow is held.
+	s.flow.pause()
+	defer s.flow.resume()
 	wait := s.startProfile(path, secs)
 	s.churn(time.Duration(secs)*time.Second, nil)
 	if err := wait(); err != nil {
@@ -678,13 +698,14 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // echoFlow is one connection from node A to node B's echo service through
 // the pair, carrying a 64-byte round trip every 20 ms for the whole run.
 type echoFlow struct {
-	mu    sync.Mutex
-	rtts  []time.Duration
-	err   error
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	total int
+	paused atomic.Bool // round trips skipped while set
+	mu     sync.Mutex
+	rtts   []time.Duration
+	err    error
+	quit   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	total  int
 }
 
 type flowFigures struct {
@@ -715,6 +736,9 @@ func (f *echoFlow) run(conn net.Conn) {
 			return
 		case <-tick.C:
 		}
+		if f.paused.Load() {
+			continue
+		}
 		binary.BigEndian.PutUint64(msg, uint64(i))
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
 		start := time.Now()
@@ -736,6 +760,11 @@ func (f *echoFlow) run(conn net.Conn) {
 		f.mu.Unlock()
 	}
 }
+
+// pause holds the flow's round trips (its connection stays open) until
+// resume: the CPU windows measure the gateway's pushes, not the flow.
+func (f *echoFlow) pause()  { f.paused.Store(true) }
+func (f *echoFlow) resume() { f.paused.Store(false) }
 
 // mark drops the round trips measured so far; take returns the figures
 // of those since the last mark or take.
