@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -262,7 +263,11 @@ func newMetrics() *metrics {
 		&repairCollector{stats: statsOf(&m.repair, (*tun.Repairer).Stats)},
 		&dnsCollector{stats: statsOf(&m.dns, (*dnsproxy.Server).Stats)},
 		buildInfo,
-		collectors.NewGoCollector(),
+		// With the collector's CPU (go_cpu_classes_gc_total_cpu_seconds_total):
+		// a mesh's heap is large and long-lived, and what collecting it
+		// costs is worth a figure of its own.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/gc/total:cpu-seconds$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m

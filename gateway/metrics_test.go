@@ -467,19 +467,20 @@ func TestMetricsFamilies(t *testing.T) {
 		"meshtun_hbone_server_streams_open":               gauge,
 	}
 	always := map[string]dto.MetricType{
-		"istio_tcp_connections_opened_total": counter,
-		"istio_tcp_connections_closed_total": counter,
-		"istio_tcp_received_bytes_total":     counter,
-		"istio_tcp_sent_bytes_total":         counter,
-		"meshtun_flows_open":                 gauge,
-		"meshtun_relay_buffers_in_use":       gauge,
-		"meshtun_build_info":                 gauge,
-		"go_goroutines":                      gauge,
-		"go_memstats_heap_alloc_bytes":       gauge,
-		"go_info":                            gauge,
-		"process_resident_memory_bytes":      gauge,
-		"process_open_fds":                   gauge,
-		"process_cpu_seconds_total":          counter,
+		"istio_tcp_connections_opened_total":        counter,
+		"istio_tcp_connections_closed_total":        counter,
+		"istio_tcp_received_bytes_total":            counter,
+		"istio_tcp_sent_bytes_total":                counter,
+		"meshtun_flows_open":                        gauge,
+		"meshtun_relay_buffers_in_use":              gauge,
+		"meshtun_build_info":                        gauge,
+		"go_goroutines":                             gauge,
+		"go_memstats_heap_alloc_bytes":              gauge,
+		"go_info":                                   gauge,
+		"go_cpu_classes_gc_total_cpu_seconds_total": counter,
+		"process_resident_memory_bytes":             gauge,
+		"process_open_fds":                          gauge,
+		"process_cpu_seconds_total":                 counter,
 	}
 	check := func(families map[string]*dto.MetricFamily, want map[string]dto.MetricType) {
 		t.Helper()
