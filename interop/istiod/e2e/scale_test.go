@@ -78,6 +78,13 @@ type scaleRow struct {
 	IdleFlowCPUPerSec float64 `json:"idle_flow_cpu_ms_per_s"`
 	CPUPerPush        float64 `json:"cpu_ms_per_push"` // idle CPU taken out
 	CPUPerChange      float64 `json:"cpu_ms_per_change"`
+	// CPUPerPushSteady is CPUPerPush with the collector's CPU in the
+	// window (go_cpu_classes_gc_total_cpu_seconds_total) replaced by its
+	// share over all of the size's pushes: a collection of a large heap
+	// comes every few hundred pushes, so a window holds one or none.
+	// 0: the build does not export the collector's CPU.
+	CPUPerPushSteady float64 `json:"cpu_ms_per_push_steady"`
+	GCPerPush        float64 `json:"gc_cpu_ms_per_push"` // that share
 
 	LagN      int     `json:"lag_n"`
 	LagMedian float64 `json:"lag_median_ms"`
@@ -329,6 +336,8 @@ func (s *scaler) waitIndex(n int) int {
 // pod's lag polled and the flow running; then RSS.
 func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	t := s.t
+	gcStart, gcKnown := s.gcCPU()
+	updStart := s.updates()
 	// Idle with the flow: its round trips with the mesh still, and the
 	// background the next bulk add's net figure takes out.
 	flow.mark()
@@ -344,6 +353,7 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	row.IdleCPUPerSec = s.idleWindow(d)
 
 	// Churn, nothing polled: CPU per push.
+	gc0, _ := s.gcCPU()
 	cpu0, upd0 := cpuOf(t, s.pid), s.updates()
 	start := time.Now()
 	row.ChurnChanges = s.churn(d, nil)
@@ -359,6 +369,8 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	if row.ChurnChanges > 0 {
 		row.CPUPerChange = busy / float64(row.ChurnChanges)
 	}
+	gcWindow, _ := s.gcCPU()
+	gcWindow -= gc0
 	flow.resume()
 	flow.mark()
 
@@ -393,6 +405,12 @@ func (s *scaler) measure(row *scaleRow, flow *echoFlow, d time.Duration) {
 	// A replacement keeps the count: the grown size's, once Istio has
 	// pushed the last deletion.
 	s.waitAddresses(row.Addresses, time.Minute)
+	if gcEnd, ok := s.gcCPU(); ok && gcKnown && row.ChurnUpdates > 0 {
+		if pushes := s.updates() - updStart; pushes > 0 {
+			row.GCPerPush = (gcEnd - gcStart) / float64(pushes)
+			row.CPUPerPushSteady = row.CPUPerPush - gcWindow/float64(row.ChurnUpdates) + row.GCPerPush
+		}
+	}
 
 	row.RSS = rssOf(t, s.pid)
 	if extra := row.Addresses - s.baseAddrs; extra > 0 {
@@ -559,6 +577,12 @@ func (s *scaler) updates() int {
 		s.t.Fatal(err)
 	}
 	return int(v)
+}
+
+// gcCPU is node A's collector's CPU so far, in ms, if its build exports it.
+func (s *scaler) gcCPU() (float64, bool) {
+	v, err := metricSeries(s.a, "go_cpu_classes_gc_total_cpu_seconds_total")
+	return v * 1000, err == nil
 }
 
 // histogram is the samples of a Prometheus histogram: count, sum and the
@@ -799,16 +823,16 @@ func (f *echoFlow) stop() error {
 // scaleTable writes the rows as the issue's table.
 func scaleTable(rows []scaleRow) string {
 	var b strings.Builder
-	fmt.Fprintln(&b, "| pods | addresses | bulk add: CPU-s net, raw (wall s, updates) | CPU per push (per change) | add → routed under 10/s: median / p90 / max (n) | of it node A's apply: mean / p99 (responses) | RSS (per address) | echo rr p50 idle → churn, p99 | coalesced |")
+	fmt.Fprintln(&b, "| pods | addresses | bulk add: CPU-s net, raw (wall s, updates) | CPU per push (per change); collector amortized: per push, of it the collector | add → routed under 10/s: median / p90 / max (n) | of it node A's apply: mean / p99 (responses) | RSS (per address) | echo rr p50 idle → churn, p99 | coalesced |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		co := "–"
 		if r.Coalesced >= 0 {
 			co = strconv.Itoa(r.Coalesced)
 		}
-		fmt.Fprintf(&b, "| %d | %d | %.2f, %.2f (%.1f s, %d) | %.2f ms (%.2f ms) | %.0f / %.0f / %.0f ms (%d) | %.2f / ≤ %g ms (%d) | %.0f MiB (%.2f KiB) | %.0f → %.0f µs, %.0f µs | %s |\n",
+		fmt.Fprintf(&b, "| %d | %d | %.2f, %.2f (%.1f s, %d) | %.2f ms (%.2f ms); %.2f ms, %.2f ms | %.0f / %.0f / %.0f ms (%d) | %.2f / ≤ %g ms (%d) | %.0f MiB (%.2f KiB) | %.0f → %.0f µs, %.0f µs | %s |\n",
 			r.Pods, r.Addresses, r.BulkCPUNet, r.BulkCPU, r.BulkWall, r.BulkUpdates, r.CPUPerPush, r.CPUPerChange,
-			r.LagMedian, r.LagP90, r.LagMax, r.LagN, r.ApplyMean, r.ApplyP99, r.ApplyN, float64(r.RSS)/(1<<20), r.RSSPerAddress/1024,
+			r.CPUPerPushSteady, r.GCPerPush, r.LagMedian, r.LagP90, r.LagMax, r.LagN, r.ApplyMean, r.ApplyP99, r.ApplyN, float64(r.RSS)/(1<<20), r.RSSPerAddress/1024,
 			r.FlowIdleP50, r.FlowChurnP50, r.FlowChurnP99, co)
 	}
 	return b.String()
