@@ -14,6 +14,13 @@ import (
 // answer 200 only once the dial succeeded, then relay. A stream refused on
 // the way is answered with its outcome's status.
 func (g *Gateway) handleInbound(r *hbone.Request) {
+	// Once the drain has begun (and said so), a new stream is refused
+	// before it becomes a flow, as a captured connection is, also in the
+	// moment before the HBONE server's shutdown refuses it by itself.
+	if g.draining.Load() {
+		r.Reject(http.StatusServiceUnavailable)
+		return
+	}
 	f := g.flows.begin(inbound)
 	stream, target, o := g.inbound(r, f)
 	if stream == nil && o.status != 0 {

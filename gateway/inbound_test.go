@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -38,5 +39,32 @@ func TestInboundOwnPortRefused(t *testing.T) {
 		t.Error("the gateway's own port saw a connection")
 	} else if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("accept: %v, want a deadline", err)
+	}
+}
+
+// While draining, a new inbound stream is refused with 503 before it
+// becomes a flow: no dial, no access-log line; the next one, the drain
+// over, goes through.
+func TestInboundDraining(t *testing.T) {
+	e := newReloadEnv(t, "")
+	target := echo(t)
+	e.g.draining.Store(true)
+	if s, err := e.connect(target); err == nil {
+		s.Close()
+		t.Fatal("a CONNECT while draining was accepted")
+	} else if !strings.Contains(err.Error(), "503") {
+		t.Errorf("a CONNECT while draining: %v, want a 503", err)
+	}
+	if n := len(e.logs.lines("connection complete")); n != 0 {
+		t.Errorf("%d access-log lines for a stream refused while draining, want 0", n)
+	}
+	e.g.draining.Store(false)
+	s, err := e.connect(target)
+	if err != nil {
+		t.Fatalf("a CONNECT once the drain is over: %v", err)
+	}
+	defer s.Close()
+	if err := ping(s, "after"); err != nil {
+		t.Fatal(err)
 	}
 }
