@@ -234,6 +234,14 @@ func run(ctx context.Context, o options) (err error) {
 	if err := ex.apply(cp, vmAddr.String()); err != nil {
 		return err
 	}
+	if o.networks {
+		// The cluster's network first, before any workload of it: an
+		// index that saw the server before the label could keep it
+		// without its network's gateway (CI saw the wait below time out).
+		if err := applyClusterNetwork(cp); err != nil {
+			return err
+		}
+	}
 	if err := applyServer(cp, serverAddr, o.networks); err != nil {
 		return err
 	}
@@ -446,17 +454,20 @@ func run(ctx context.Context, o options) (err error) {
 	return nil
 }
 
-// applyNetworks is the cluster side of "the VM in its own network": the
-// cluster's network (the label on istio-system), the VM's WorkloadEntry in
+// applyClusterNetwork labels istio-system with the cluster's network, as
+// a multi-network install does.
+func applyClusterNetwork(cp *controlplane.ControlPlane) error {
+	return cp.ApplyNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "istio-system", Labels: map[string]string{controlplane.NetworkLabel: clusterNetwork},
+	}})
+}
+
+// applyNetworks is the rest of the cluster side of "the VM in its own
+// network" (after applyClusterNetwork): the VM's WorkloadEntry in
 // vmNetwork, and the cluster network's east-west gateway as istiod reads
 // one, at node B's own address: node B's meshtun is that gateway
 // (gateway.east_west), so the Gateway names node B's service account.
 func applyNetworks(cp *controlplane.ControlPlane, ex *example, vmAddr, gatewayAddr netip.Addr) error {
-	if err := cp.ApplyNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "istio-system", Labels: map[string]string{controlplane.NetworkLabel: clusterNetwork},
-	}}); err != nil {
-		return err
-	}
 	vm := ex.vm.DeepCopy()
 	vm.Spec.Address = vmAddr.String()
 	vm.Spec.Network = vmNetwork
