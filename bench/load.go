@@ -89,22 +89,7 @@ func (s *Server) Addr(i int) net.Addr { return s.ls[i].Addr() }
 
 func (s *Server) accept(l net.Listener, serve func(net.Conn) error) {
 	defer s.wg.Done()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		if !s.conns.Add(c) {
-			c.Close()
-			return
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.conns.Done(c)
-			serve(c)
-		}()
-	}
+	s.conns.Serve(l, &s.wg, func(c net.Conn) { serve(c) })
 }
 
 // Open is the number of connections the server holds.

@@ -164,6 +164,29 @@ func (s *ConnSet) Len() int {
 	return len(s.conns)
 }
 
+// Serve accepts connections on l until it fails, holds each and runs
+// serve on it in a goroutine that wg counts, letting it go when serve
+// returns. A connection accepted after Close is closed, and ends Serve.
+// wg counts Serve's own goroutine only if the caller added it.
+func (s *ConnSet) Serve(l net.Listener, wg *sync.WaitGroup, serve func(net.Conn)) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		if !s.Add(c) {
+			c.Close()
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.Done(c)
+			serve(c)
+		}()
+	}
+}
+
 // Close closes every connection held, and every one Add is given later.
 func (s *ConnSet) Close() {
 	s.mu.Lock()
@@ -213,36 +236,21 @@ func (s *Server) Serve(l net.Listener, dial DialFunc) {
 
 func (s *Server) accept(l net.Listener, dial DialFunc) {
 	defer s.wg.Done()
-	for {
-		c, err := l.Accept()
+	s.conns.Serve(l, &s.wg, func(c net.Conn) {
+		out, err := dial(s.ctx)
 		if err != nil {
+			s.fail(fmt.Errorf("relay: dial for %s: %w", c.RemoteAddr(), err))
 			return
 		}
-		if !s.conns.Add(c) {
-			c.Close()
+		if !s.conns.Add(out) {
+			out.Close()
 			return
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.conns.Done(c)
-			out, err := dial(s.ctx)
-			if err != nil {
-				s.fail(fmt.Errorf("relay: dial for %s: %w", c.RemoteAddr(), err))
-				c.Close()
-				return
-			}
-			if !s.conns.Add(out) {
-				out.Close()
-				c.Close()
-				return
-			}
-			defer s.conns.Done(out)
-			if _, _, err := Pipe(c, out); err != nil {
-				s.fail(fmt.Errorf("relay: %s: %w", c.RemoteAddr(), err))
-			}
-		}()
-	}
+		defer s.conns.Done(out)
+		if _, _, err := Pipe(c, out); err != nil {
+			s.fail(fmt.Errorf("relay: %s: %w", c.RemoteAddr(), err))
+		}
+	})
 }
 
 func (s *Server) fail(err error) {
