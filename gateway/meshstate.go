@@ -404,17 +404,20 @@ func (g *Gateway) applyMeshLocked(full bool, ch *mesh.Changes) {
 // dropped for a clash), in the order of their resource names: for
 // /config_dump.
 func (s *snapshot) meshWorkloads() []config.Workload {
-	var keys []string
+	type held struct {
+		res string
+		w   *config.Workload
+	}
+	var in []held
 	for res, w := range s.meshEntries.workloads.All() {
 		if _, routed := s.router.mesh.routedOf(w); routed {
-			keys = append(keys, res)
+			in = append(in, held{res, w})
 		}
 	}
-	slices.Sort(keys)
-	out := make([]config.Workload, 0, len(keys))
-	for _, k := range keys {
-		w, _ := s.meshEntries.workloads.Get(k)
-		out = append(out, *w)
+	slices.SortFunc(in, func(a, b held) int { return strings.Compare(a.res, b.res) })
+	out := make([]config.Workload, len(in))
+	for i, h := range in {
+		out[i] = *h.w
 	}
 	return out
 }
