@@ -136,8 +136,14 @@ func Run(c net.Conn, size, reply int64) (Result, error) {
 		return Result{}, errors.New("xfer: reply hash differs: data corrupted on the way back")
 	}
 	var one [1]byte
-	if k, err := c.Read(one[:]); k != 0 || err != io.EOF {
-		return Result{}, fmt.Errorf("xfer: expected EOF after the reply, got %d bytes, %v", k, err)
+	switch k, err := c.Read(one[:]); {
+	case k != 0:
+		return Result{}, fmt.Errorf("xfer: expected EOF after the reply, got %d bytes more", k)
+	case err == nil:
+		return Result{}, errors.New("xfer: expected EOF after the reply, got 0 bytes and no error")
+	case err != io.EOF:
+		// Wrapped: a caller tells a deadline from a reset by the cause.
+		return Result{}, fmt.Errorf("xfer: expected EOF after the reply, got 0 bytes: %w", err)
 	}
 	return Result{Sent: size, Received: reply, Duration: time.Since(start)}, nil
 }

@@ -1,8 +1,11 @@
 package xfer
 
 import (
+	"errors"
 	"net"
+	"os"
 	"testing"
+	"time"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -61,5 +64,40 @@ func TestDetectsCorruption(t *testing.T) {
 	}
 	if _, err := Run(c, 100, 0); err == nil {
 		t.Fatal("corruption not detected")
+	}
+}
+
+// A reply that never ends (no FIN) fails at the client's deadline, and
+// says so in its cause: a caller tells a timeout from a reset by it.
+func TestReplyWithoutEOFKeepsItsCause(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	served := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		// Without CloseWrite, ServeConn sends no FIN after the reply.
+		ServeConn(struct{ net.Conn }{c})
+		served <- c
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	_, err = Run(c, 100, 100)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a reply without EOF: %v, want a deadline in its cause", err)
+	}
+	select {
+	case s := <-served:
+		s.Close()
+	case <-time.After(10 * time.Second):
+		t.Error("the server never finished its reply")
 	}
 }
