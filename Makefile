@@ -15,7 +15,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # methods (≈ 8 MB of a 32 MB binary). meshtun never serves /debug/requests.
 TAGS    := grpcnotrace
 
-.PHONY: all build image package test test-tools test-istiod vet unit demo demo-mesh bench bench-scale fuzz soak clean
+.PHONY: all build image package test test-tools test-istiod vet gvisor-upstream unit demo demo-mesh bench bench-scale fuzz soak clean
 
 all: build
 
@@ -57,7 +57,7 @@ package:
 ## test: vet, then every test with the race detector. As root, the
 ## namespace tests (TUN, two gateways end to end) run too; without root
 ## they skip and say why. Then test-istiod, below.
-test: vet test-tools
+test: vet test-tools gvisor-upstream
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(MAKE) test-istiod
 
@@ -88,6 +88,13 @@ test-tools:
 
 vet:
 	$(GO) vet ./...
+
+## gvisor-upstream: the gVisor module go.mod requires, into the module
+## cache. The build uses third_party/gvisor in its place (go.mod's
+## replace: that version with third_party/gvisor-patches applied, by
+## scripts/gvisor-patch.sh); TestGVisorCopy compares the two, offline.
+gvisor-upstream:
+	$(GO) mod download gvisor.dev/gvisor@$$($(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
 
 ## demo: two nodes in network namespaces, a real transfer through
 ## TUN → netstack → HBONE → peer gateway → server; needs root.

@@ -48,3 +48,5 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace gvisor.dev/gvisor => ./third_party/gvisor

@@ -187,3 +187,5 @@ require (
 )
 
 replace github.com/meshtun/meshtun => ../..
+
+replace gvisor.dev/gvisor => ../../third_party/gvisor
