@@ -24,7 +24,7 @@ import (
 const (
 	// vnetReadSize is the largest packet a read can return: an IP packet
 	// of up to 64 KiB, a TSO super-packet included. One pooled view of this
-	// size is read into at a time.
+	// size is read into at a time; it is not cleared first (newReadView).
 	vnetReadSize = 1<<16 - 1
 	// vnetCopyBelow: a packet shorter than this is copied into a view of
 	// its own size, so ACKs and small segments don't each pin a 64 KiB
@@ -201,7 +201,7 @@ func (l *vnetLink) readLoop(d stack.NetworkDispatcher) {
 	g.Init(true)
 	g.Dispatcher = d
 	var hdr [tun.VnetHdrLen]byte
-	view := buffer.NewViewSize(vnetReadSize)
+	view := newReadView()
 	defer func() { view.Release() }()
 	for {
 		var (
@@ -250,6 +250,12 @@ func (l *vnetLink) readLoop(d stack.NetworkDispatcher) {
 	}
 }
 
+// newReadView is a view to read one packet into. Its bytes are left as
+// the pool held them (third_party/gvisor-patches): the read overwrites
+// them, and deliver clears what it did not before the view leaves. A
+// cleared 64 KiB view cost as much again as the read's own copy.
+func newReadView() *buffer.View { return buffer.NewViewSizeUninitialized(vnetReadSize) }
+
 func errnoOf(err error) unix.Errno {
 	var errno unix.Errno
 	if errors.As(err, &errno) {
@@ -286,8 +292,11 @@ func (l *vnetLink) deliver(g *gro.GRO, hdr []byte, view *buffer.View, n int) *bu
 	if n < vnetCopyBelow {
 		v = buffer.NewViewWithData(data)
 	} else {
+		// The view goes to the stack: what the read did not overwrite is
+		// cleared, so no byte of an earlier packet stays behind it.
+		clear(view.AsSlice()[n:])
 		view.CapLength(n)
-		v, view = view, buffer.NewViewSize(vnetReadSize)
+		v, view = view, newReadView()
 	}
 	large := n >= vnetGROBypass
 	payload := buffer.MakeWithView(v)
