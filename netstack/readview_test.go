@@ -112,6 +112,20 @@ func TestPatchedBufferZeroWhereNothingWrote(t *testing.T) {
 	zeroPast(t, "NewViewSizeUninitialized", v)
 	v.Release()
 
+	// What a TCP endpoint's Write queues (WriteFromReader): the rest of
+	// the pooled chunk past what it copied stays zero.
+	dirty(1024)
+	var buf buffer.Buffer
+	data := bytes.Repeat([]byte("w"), 1000)
+	if n, err := buf.WriteFromReader(bytes.NewReader(data), int64(len(data))); n != int64(len(data)) || err != nil {
+		t.Fatalf("WriteFromReader: %d, %v; want %d, nil", n, err, len(data))
+	}
+	if !bytes.Equal(buf.Flatten(), data) {
+		t.Error("WriteFromReader did not write what it read")
+	}
+	buf.Apply(func(v *buffer.View) { zeroPast(t, "WriteFromReader", v) })
+	buf.Release()
+
 	// A shared chunk written to is copied (Clone): every byte the same.
 	dirty(2048)
 	a := buffer.NewViewWithData(bytes.Repeat([]byte("c"), size))

@@ -513,10 +513,12 @@ func (b *Buffer) WriteFromReaderAndLimitedReader(r io.Reader, count int64, lr *i
 		if vsize > MaxChunkSize {
 			vsize = MaxChunkSize
 		}
-		v := NewView(int(vsize))
+		// Only what the copy does not write needs clearing.
+		v := newViewUninitialized(int(vsize))
 		lr.R = r
 		lr.N = vsize
 		n, err := io.Copy(v, lr)
+		clear(v.chunk.data[v.write:])
 		b.Append(v)
 		done += n
 		if err == io.EOF {

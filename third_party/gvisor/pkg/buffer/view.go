@@ -78,10 +78,18 @@ func NewViewSize(size int) *View {
 // (and clear them if the view may later Grow). The chunk's bytes beyond
 // size are cleared, as NewViewSize's are.
 func NewViewSizeUninitialized(size int) *View {
-	c := getChunk(size, false)
-	clear(c.data[size:])
+	v := newViewUninitialized(size)
+	clear(v.chunk.data[size:])
+	v.write = size
+	return v
+}
+
+// newViewUninitialized is NewView without clearing the chunk: the caller
+// must write or clear every byte up to its capacity.
+func newViewUninitialized(cap int) *View {
+	c := getChunk(cap, false)
 	v := viewPool.Get().(*View)
-	*v = View{chunk: c, write: size}
+	*v = View{chunk: c}
 	return v
 }
 
