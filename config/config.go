@@ -405,17 +405,25 @@ type Workload struct {
 	NetworkGateway *Waypoint `toml:"-"`
 	// Unhealthy workloads are kept but are no service's endpoint.
 	Unhealthy bool `toml:"-"`
-	// What Istio's metrics label the workload with: its workload name
-	// (a Deployment's, where Name is a pod's), kind, canonical service
-	// and revision, and cluster. "" is not known; a file's workload is
-	// labelled by its Name and Namespace.
-	WorkloadName      string `toml:"-"`
-	WorkloadKind      string `toml:"-"`
-	CanonicalService  string `toml:"-"`
-	CanonicalRevision string `toml:"-"`
-	Cluster           string `toml:"-"`
+	// Labels are what Istio's metrics label the workload with; nil has
+	// none known, as for a file's workload, which is labelled by its Name
+	// and Namespace. A pointer: the pods of one Deployment have the same
+	// labels, and the mesh shares one copy among them (mesh/intern.go).
+	Labels *WorkloadLabels `toml:"-"`
 	// Source is SourceFile ("") or SourceXDS.
 	Source string `toml:"-"`
+}
+
+// WorkloadLabels are what Istio's metrics label a mesh workload with: its
+// workload name (a Deployment's, where Workload.Name is a pod's), kind,
+// canonical service and revision, and cluster. "" is not known. Labels
+// may be shared among workloads: never changed once set.
+type WorkloadLabels struct {
+	WorkloadName      string
+	WorkloadKind      string
+	CanonicalService  string
+	CanonicalRevision string
+	Cluster           string
 }
 
 // Waypoint is where flows to a workload or service with a waypoint go

@@ -317,9 +317,13 @@ func (m *metrics) indexFor(snap *snapshot) *labelIndex {
 // workload: the mesh's carries istiod's names, a file's its name and
 // namespace.
 func describeWorkload(w *config.Workload) hbone.Baggage {
+	var l config.WorkloadLabels
+	if w.Labels != nil {
+		l = *w.Labels
+	}
 	return describe(hbone.Baggage{
-		Cluster: w.Cluster, Namespace: w.Namespace, WorkloadKind: w.WorkloadKind,
-		WorkloadName: cmp.Or(w.WorkloadName, w.Name), Service: w.CanonicalService, Revision: w.CanonicalRevision,
+		Cluster: l.Cluster, Namespace: w.Namespace, WorkloadKind: l.WorkloadKind,
+		WorkloadName: cmp.Or(l.WorkloadName, w.Name), Service: l.CanonicalService, Revision: l.CanonicalRevision,
 	})
 }
 

@@ -31,10 +31,14 @@ import (
 // per flow.
 func nodeDescription(cfg *config.Config, id string) hbone.Baggage {
 	g := &cfg.Gateway
-	var self config.Workload
+	var self config.WorkloadLabels
+	var selfNamespace string
 	if cfg.Self != nil {
-		self = *cfg.Self
-		self.WorkloadName = cmp.Or(self.WorkloadName, self.Name)
+		if cfg.Self.Labels != nil {
+			self = *cfg.Self.Labels
+		}
+		self.WorkloadName = cmp.Or(self.WorkloadName, cfg.Self.Name)
+		selfNamespace = cfg.Self.Namespace
 	}
 	var meshNamespace, meshCluster string
 	if cfg.Mesh.Enabled() {
@@ -46,7 +50,7 @@ func nodeDescription(cfg *config.Config, id string) hbone.Baggage {
 	}
 	return describe(hbone.Baggage{
 		Cluster:      cmp.Or(g.Cluster, self.Cluster, meshCluster),
-		Namespace:    cmp.Or(g.WorkloadNamespace, self.Namespace, meshNamespace, idNamespace),
+		Namespace:    cmp.Or(g.WorkloadNamespace, selfNamespace, meshNamespace, idNamespace),
 		WorkloadKind: g.WorkloadKind,
 		WorkloadName: cmp.Or(g.WorkloadName, self.WorkloadName, g.Name),
 		Service:      cmp.Or(g.CanonicalService, self.CanonicalService),

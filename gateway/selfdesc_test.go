@@ -13,7 +13,7 @@ import (
 // canonical service and revision.
 func TestNodeDescription(t *testing.T) {
 	const id = "spiffe://cluster.local/ns/edge/sa/gw"
-	self := &config.Workload{Name: "vm-1", Namespace: "vm", WorkloadName: "db-vm", CanonicalService: "db", CanonicalRevision: "v2", Cluster: "c-mesh"}
+	self := &config.Workload{Name: "vm-1", Namespace: "vm", Labels: &config.WorkloadLabels{WorkloadName: "db-vm", CanonicalService: "db", CanonicalRevision: "v2", Cluster: "c-mesh"}}
 	named := hbone.Baggage{Namespace: "edge", WorkloadKind: "pod", WorkloadName: "node-a", Service: "node-a", Revision: "latest"}
 	for _, c := range []struct {
 		name string
@@ -37,6 +37,9 @@ func TestNodeDescription(t *testing.T) {
 			hbone.Baggage{Cluster: "Kubernetes", Namespace: "vm", WorkloadKind: "pod", WorkloadName: "node-a", Service: "node-a", Revision: "latest"}},
 		{"the mesh's workload", "spiffe://cluster.local/ns/vm/sa/gw", func(c *config.Config) { c.Mesh.XDSAddress, c.Mesh.Namespace, c.Self = "istiod:15012", "vm", self },
 			hbone.Baggage{Cluster: "c-mesh", Namespace: "vm", WorkloadKind: "pod", WorkloadName: "db-vm", Service: "db", Revision: "v2"}},
+		{"the mesh's workload without labels", "spiffe://cluster.local/ns/vm/sa/gw", func(c *config.Config) {
+			c.Mesh.XDSAddress, c.Mesh.Namespace, c.Self = "istiod:15012", "vm", &config.Workload{Name: "vm-1", Namespace: "vm-ns"}
+		}, hbone.Baggage{Cluster: "Kubernetes", Namespace: "vm-ns", WorkloadKind: "pod", WorkloadName: "vm-1", Service: "vm-1", Revision: "latest"}},
 		{"the file wins", "spiffe://cluster.local/ns/vm/sa/gw", func(c *config.Config) {
 			c.Mesh.XDSAddress, c.Mesh.Namespace, c.Self = "istiod:15012", "vm", self
 			c.Gateway.WorkloadName, c.Gateway.CanonicalRevision, c.Gateway.WorkloadKind = "db-vm-2", "v9", "deployment"

@@ -183,9 +183,11 @@ func convertWorkload(w *workloadapi.Workload) (config.Workload, error) {
 		}
 		return v
 	}
-	c.WorkloadName, c.CanonicalService = name(w.GetWorkloadName()), name(w.GetCanonicalName())
-	c.CanonicalRevision, c.Cluster = name(w.GetCanonicalRevision()), name(w.GetClusterId())
-	c.WorkloadKind = strings.ToLower(w.GetWorkloadType().String())
+	c.Labels = &config.WorkloadLabels{
+		WorkloadName: name(w.GetWorkloadName()), CanonicalService: name(w.GetCanonicalName()),
+		CanonicalRevision: name(w.GetCanonicalRevision()), Cluster: name(w.GetClusterId()),
+		WorkloadKind: strings.ToLower(w.GetWorkloadType().String()),
+	}
 	if c.ServiceAccount == "" {
 		c.ServiceAccount = "default" // Kubernetes' and ztunnel's default
 	}

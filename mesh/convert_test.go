@@ -109,12 +109,12 @@ func TestConvertMesh(t *testing.T) {
 	if st.Self == nil || st.Self.Name != "vm-1" || st.Network != "net-1" {
 		t.Fatalf("Self = %+v, Network %q", st.Self, st.Network)
 	}
-	if s := st.Self; s.WorkloadName != "db-vm" || s.WorkloadKind != "pod" || s.CanonicalService != "db" || s.CanonicalRevision != "v2" || s.Cluster != "c1" {
-		t.Errorf("Self's description = %q %q %q %q %q, want db-vm pod db v2 c1", s.WorkloadName, s.WorkloadKind, s.CanonicalService, s.CanonicalRevision, s.Cluster)
+	if s := st.Self.Labels; s == nil || *s != (config.WorkloadLabels{WorkloadName: "db-vm", WorkloadKind: "pod", CanonicalService: "db", CanonicalRevision: "v2", Cluster: "c1"}) {
+		t.Errorf("Self's description = %+v, want db-vm pod db v2 c1", s)
 	}
 	wname := func(w config.Workload) string { return w.Namespace + "/" + w.Name }
 	// A value that is not a name is left unknown; the workload stays.
-	if w := find(st.Workloads, wname, "default/web-1"); w == nil || w.WorkloadName != "web" || w.WorkloadKind != "deployment" || w.CanonicalService != "" || w.CanonicalRevision != "v1" {
+	if w := find(st.Workloads, wname, "default/web-1"); w == nil || w.Labels == nil || w.Labels.WorkloadName != "web" || w.Labels.WorkloadKind != "deployment" || w.Labels.CanonicalService != "" || w.Labels.CanonicalRevision != "v1" {
 		t.Errorf("web-1's description = %+v, want web deployment, no canonical service (not a name), v1", w)
 	}
 	if w := find(st.Workloads, wname, "default/ext"); w != nil {

@@ -68,6 +68,7 @@ type Tracker struct {
 	self    *trackedWorkload
 	network string
 	strs    stringTable // what the workloads repeat, shared
+	labels  labelTable
 
 	outS map[string]*config.Service // what Apply last emitted (a workload's: its out)
 
@@ -442,6 +443,7 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 		return // hostname only: nothing to route to
 	}
 	t.strs.workload(&c, len(t.wls))
+	t.labels.workload(&c, len(t.wls))
 	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c}
 	if msg.GetWaypoint() != nil || msg.GetNetworkGateway() != nil || len(msg.GetAuthorizationPolicies()) > 0 {
 		w.refs = &workloadRefs{msg.GetWaypoint(), msg.GetNetworkGateway(), msg.GetAuthorizationPolicies()}
