@@ -87,7 +87,6 @@ type Tracker struct {
 // pods in the mesh, so what few workloads have is behind refs.
 type trackedWorkload struct {
 	res      string
-	key      string // namespace/name
 	cfg      config.Workload
 	services []memberOf       // the services it names
 	out      *config.Workload // what emit last gave for it; nil: nothing
@@ -95,11 +94,31 @@ type trackedWorkload struct {
 	kept     bool
 }
 
-// workloadRefs is what a workload may name beyond its services.
+// workloadRefs is what a workload may name beyond its services, and its
+// key when its resource name does not end with it.
 type workloadRefs struct {
 	waypoint *workloadapi.GatewayAddress
 	netGW    *workloadapi.GatewayAddress // its network's gateway (network_gateway)
 	authz    []string                    // the policies selecting it
+	key      string                      // namespace/name, if not the end of res
+}
+
+// key is w's namespace/name. A pod's resource name ends with it
+// ("Kubernetes//Pod/default/web-1"), and it is that end of it, not a
+// string of its own: one allocation less for every pod. Another
+// workload's is in refs (newTrackedWorkload).
+func (w *trackedWorkload) key() string {
+	if w.refs != nil && w.refs.key != "" {
+		return w.refs.key
+	}
+	return w.res[len(w.res)-len(w.cfg.Namespace)-1-len(w.cfg.Name):]
+}
+
+// endsWithKey says whether res ends with namespace/name.
+func endsWithKey(res, namespace, name string) bool {
+	head, ok := strings.CutSuffix(res, name)
+	head, slash := strings.CutSuffix(head, "/")
+	return ok && slash && strings.HasSuffix(head, namespace)
 }
 
 func (w *trackedWorkload) waypoint() *workloadapi.GatewayAddress {
@@ -375,7 +394,7 @@ func (t *Tracker) removeAddress(name string) {
 			t.addrClaims.set(keyOf(a), t.unclaim(t.addrClaims.list(keyOf(a)), w))
 			t.dirtyWP[wpAddr(a)] = true
 		}
-		t.nameClaims.set(w.key, t.unclaim(t.nameClaims.list(w.key), w))
+		t.nameClaims.set(w.key(), t.unclaim(t.nameClaims.list(w.key()), w))
 		if w.kept {
 			t.setMember(w, false)
 		}
@@ -444,9 +463,13 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 	}
 	t.strs.workload(&c, len(t.wls))
 	t.labels.workload(&c, len(t.wls))
-	w := &trackedWorkload{res: name, key: c.Namespace + "/" + c.Name, cfg: c}
-	if msg.GetWaypoint() != nil || msg.GetNetworkGateway() != nil || len(msg.GetAuthorizationPolicies()) > 0 {
-		w.refs = &workloadRefs{msg.GetWaypoint(), msg.GetNetworkGateway(), msg.GetAuthorizationPolicies()}
+	w := &trackedWorkload{res: name, cfg: c}
+	own := endsWithKey(name, c.Namespace, c.Name)
+	if msg.GetWaypoint() != nil || msg.GetNetworkGateway() != nil || len(msg.GetAuthorizationPolicies()) > 0 || !own {
+		w.refs = &workloadRefs{msg.GetWaypoint(), msg.GetNetworkGateway(), msg.GetAuthorizationPolicies(), ""}
+		if !own {
+			w.refs.key = c.Namespace + "/" + c.Name
+		}
 	}
 	for svc, pl := range msg.GetServices() {
 		// The pods of a service all name it: one string for them all.
@@ -467,7 +490,7 @@ func (t *Tracker) claimWorkload(w *trackedWorkload) {
 		t.addrClaims.set(keyOf(a), t.claim(t.addrClaims.list(keyOf(a)), w))
 		t.dirtyWP[wpAddr(a)] = true
 	}
-	t.nameClaims.set(w.key, t.claim(t.nameClaims.list(w.key), w))
+	t.nameClaims.set(w.key(), t.claim(t.nameClaims.list(w.key()), w))
 	t.watch(w.waypoint(), "w"+w.res)
 	t.watch(w.netGW(), "g"+w.res) // "g": a user of the target as its network gateway
 }
@@ -689,14 +712,14 @@ func (t *Tracker) workloadClaims(w *trackedWorkload) (kept bool, reason string, 
 	addrLost := ""
 	for _, a := range w.cfg.Addresses {
 		if first := t.addrClaims.first(keyOf(a)); first != w {
-			addrLost = fmt.Sprintf("workload %s: address %s is also workload %s's", w.key, a, first.key)
+			addrLost = fmt.Sprintf("workload %s: address %s is also workload %s's", w.key(), a, first.key())
 		}
 	}
 	if addrLost != "" && w.cfg.Network != t.network {
 		return false, "", true
 	}
-	if first := t.nameClaims.first(w.key); first != w {
-		return false, fmt.Sprintf("workload %s: another workload of that namespace and name is held", w.key), false
+	if first := t.nameClaims.first(w.key()); first != w {
+		return false, fmt.Sprintf("workload %s: another workload of that namespace and name is held", w.key()), false
 	}
 	return addrLost == "", addrLost, false
 }
@@ -814,7 +837,7 @@ func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 		if m.cfg.Unhealthy {
 			continue
 		}
-		c.Endpoints = append(c.Endpoints, m.key)
+		c.Endpoints = append(c.Endpoints, m.key())
 		// An endpoint whose ports route as the service's own do is left
 		// out of EndpointPorts: most are, and an entry each is most of
 		// the service's memory.
@@ -822,7 +845,7 @@ func (t *Tracker) serviceEntry(s *trackedService) *config.Service {
 			if c.EndpointPorts == nil {
 				c.EndpointPorts = map[string]map[uint16]uint16{}
 			}
-			c.EndpointPorts[m.key] = ports
+			c.EndpointPorts[m.key()] = ports
 		}
 	}
 	sort.Strings(c.Endpoints)
@@ -879,7 +902,7 @@ func (t *Tracker) resolveGateway(gw *workloadapi.GatewayAddress, network string)
 			eps = append(eps, m)
 		}
 	}
-	slices.SortFunc(eps, func(a, b *trackedWorkload) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(eps, func(a, b *trackedWorkload) int { return strings.Compare(a.key(), b.key()) })
 	for _, m := range eps {
 		wp.Endpoints = append(wp.Endpoints, config.WaypointEndpoint{Address: netip.AddrPortFrom(m.cfg.Addresses[0], port), Identity: m.cfg.Identity})
 	}

@@ -226,3 +226,44 @@ func TestTrackerChangesWhatChanged(t *testing.T) {
 		t.Errorf("the Tracker's record of what it emitted for pod-16 is not what it emitted")
 	}
 }
+
+// A workload's key is the end of its resource name when that ends with
+// namespace/name (a pod's), else a string of its own; either way the
+// claims, the rejections and the services' endpoints read it the same.
+func TestTrackerWorkloadKey(t *testing.T) {
+	pod := func(uid, name string, addr string) *workloadapi.Address {
+		return wlAddr(&workloadapi.Workload{Uid: uid, Name: name, Namespace: "default", Addresses: [][]byte{ip(addr)},
+			TunnelProtocol: workloadapi.TunnelProtocol_HBONE, Services: map[string]*workloadapi.PortList{"default/web.default.svc.cluster.local": ports(80, 8080)}})
+	}
+	tr := NewTracker(convNode)
+	ch := tr.Apply(Delta{Addresses: map[string]*workloadapi.Address{
+		"Kubernetes//Pod/default/web-1": pod("Kubernetes//Pod/default/web-1", "web-1", "10.1.0.1"),
+		"web-2-uid":                     pod("web-2-uid", "web-2", "10.1.0.2"),
+		"Kubernetes//Pod/other/web-2":   pod("Kubernetes//Pod/other/web-2", "web-2", "10.1.0.3"),   // default/web-2 again
+		"Kubernetes//Pod/default/web-3": pod("Kubernetes//Pod/default/web-3", "web-3", "10.1.0.1"), // web-1's address
+		"web": svcAddr(&workloadapi.Service{Name: "web", Namespace: "default", Hostname: "web.default.svc.cluster.local",
+			Addresses: []*workloadapi.NetworkAddress{{Address: ip("10.96.0.1")}}, Ports: []*workloadapi.Port{{ServicePort: 80, TargetPort: 8080}}}),
+	}})
+	for res, want := range map[string]string{
+		"Kubernetes//Pod/default/web-1": "default/web-1", "web-2-uid": "default/web-2",
+		"Kubernetes//Pod/other/web-2": "default/web-2", "Kubernetes//Pod/default/web-3": "default/web-3",
+	} {
+		w := tr.wls[res]
+		if got := w.key(); got != want {
+			t.Errorf("%s: key %q, want %q", res, got, want)
+		}
+		if ownKey := w.refs != nil && w.refs.key != ""; ownKey != (res == "web-2-uid" || res == "Kubernetes//Pod/other/web-2") {
+			t.Errorf("%s: a key of its own is %v", res, ownKey)
+		}
+	}
+	if got := ch.Services["web"].Endpoints; !slices.Equal(got, []string{"default/web-1", "default/web-2"}) {
+		t.Errorf("web's endpoints = %v", got)
+	}
+	want := []Rejection{
+		{"Kubernetes//Pod/default/web-3", "workload default/web-3: address 10.1.0.1 is also workload default/web-1's"},
+		{"web-2-uid", "workload default/web-2: another workload of that namespace and name is held"},
+	}
+	if !reflect.DeepEqual(ch.Rejections, want) {
+		t.Errorf("Rejections = %v, want %v", ch.Rejections, want)
+	}
+}
