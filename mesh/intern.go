@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"hash/maphash"
+	"maps"
+	"slices"
 
 	"github.com/meshtun/meshtun/config"
 )
@@ -48,7 +50,7 @@ func (t *stringTable) workload(c *config.Workload, workloads int) {
 	}
 	if l := c.Labels; l != nil {
 		// A Deployment's own names (its workload name and canonical
-		// service) are shared with its labels (labelTable): an entry
+		// service) are shared with its labels (shareLabels): an entry
 		// here for each would cost more than it saves.
 		for _, p := range []*string{&l.WorkloadKind, &l.CanonicalRevision, &l.Cluster} {
 			*p = t.intern(*p)
@@ -56,42 +58,69 @@ func (t *stringTable) workload(c *config.Workload, workloads int) {
 	}
 }
 
-// labelTable is the Tracker's table of its workloads' labels: the pods of
-// one Deployment have the same, and share one copy. It is keyed by the
-// labels' hash, not by them: an entry then costs a sixth of one keyed by
-// its five strings, which for a Deployment of few pods would cost more
-// than the sharing saves. Labels are shared only when equal, so two
-// whose hashes meet merely share less. Like stringTable, it holds no
-// counts, and is dropped and begun again when it outgrows what the mesh
-// can share; labels handed out stay valid.
-type labelTable struct {
-	m     map[uint64]*config.WorkloadLabels
-	seed  maphash.Seed
+// shareTable is a table of values the Tracker's workloads share, by
+// hash: the labels of one Deployment's pods, the services the pods of one
+// service name. It is keyed by the values' hash, not by them: an entry
+// then costs 16 B, a sixth of one keyed by a workload's five labels,
+// which for a Deployment of few pods would cost more than the sharing
+// saves. A value is shared only with an equal one, so two whose hashes
+// meet merely share less. Like stringTable, it holds no counts, and is
+// dropped and begun again when it outgrows what the mesh can share
+// (limit, one entry a workload); values handed out stay valid.
+type shareTable[T any] struct {
+	m     map[uint64]*T
 	limit int
 }
 
-// workload shares c's labels with the workloads held that have the same,
-// and sets the table's limit from their number: one entry at most a
-// workload.
-func (t *labelTable) workload(c *config.Workload, workloads int) {
-	t.limit = workloads
+// shareSeed seeds the hashes of the share tables.
+var shareSeed = maphash.MakeSeed()
+
+// share is the value held with hash h if it is equal to v, else v, which
+// is held if nothing is.
+func (t *shareTable[T]) share(h uint64, v *T, equal func(a, b *T) bool) *T {
+	if held, ok := t.m[h]; ok {
+		if equal(held, v) {
+			return held
+		}
+		return v
+	}
+	if t.m == nil || len(t.m) >= max(t.limit, minStringTable) {
+		t.m = make(map[uint64]*T, len(t.m)/2)
+	}
+	t.m[h] = v
+	return v
+}
+
+// shareLabels shares c's labels with the workloads held that have the
+// same, and sets the table's limit from their number.
+func (t *Tracker) shareLabels(c *config.Workload) {
+	t.labels.limit = len(t.wls)
 	// A pod named after itself has labels of its own, which nothing
 	// shares: they stay out of the table.
 	if c.Labels == nil || c.Labels.WorkloadName == c.Name {
 		return
 	}
-	if t.m == nil {
-		t.seed = maphash.MakeSeed()
-	}
-	h := maphash.Comparable(t.seed, *c.Labels)
-	if l, ok := t.m[h]; ok {
-		if *l == *c.Labels {
-			c.Labels = l
+	c.Labels = t.labels.share(maphash.Comparable(shareSeed, *c.Labels), c.Labels,
+		func(a, b *config.WorkloadLabels) bool { return *a == *b })
+}
+
+// shareServices is the services a workload names, l, as shared with the
+// workloads held that name the same with the same ports: the pods of a
+// service. l is sorted by service.
+func (t *Tracker) shareServices(l []memberOf) *[]memberOf {
+	t.services.limit = len(t.wls)
+	var h maphash.Hash
+	h.SetSeed(shareSeed)
+	for _, ms := range l {
+		h.WriteString(ms.key)
+		// The ports in no order: the sum of each one's hash.
+		var sum uint64
+		for p, target := range ms.ports {
+			sum += maphash.Comparable(shareSeed, [2]uint16{p, target})
 		}
-		return
+		maphash.WriteComparable(&h, sum)
 	}
-	if t.m == nil || len(t.m) >= max(t.limit, minStringTable) {
-		t.m = make(map[uint64]*config.WorkloadLabels, len(t.m)/2)
-	}
-	t.m[h] = c.Labels
+	return t.services.share(h.Sum64(), &l, func(a, b *[]memberOf) bool {
+		return slices.EqualFunc(*a, *b, func(x, y memberOf) bool { return x.key == y.key && maps.Equal(x.ports, y.ports) })
+	})
 }

@@ -87,7 +87,7 @@ func TestLabelTable(t *testing.T) {
 	if own.WorkloadName != "web-3" || own == one {
 		t.Errorf("a pod named after itself has labels %+v", *own)
 	}
-	if _, held := tr.labels.m[maphash.Comparable(tr.labels.seed, *own)]; held {
+	if _, held := tr.labels.m[maphash.Comparable(shareSeed, *own)]; held {
 		t.Error("a pod named after itself has its labels in the table")
 	}
 
@@ -102,12 +102,53 @@ func TestLabelTable(t *testing.T) {
 	// Past its limit, the table begins again; what it handed out stays.
 	for i := range minStringTable + 10 {
 		c := config.Workload{Name: "p", Labels: &config.WorkloadLabels{WorkloadName: strconv.Itoa(i)}}
-		tr.labels.workload(&c, 1)
+		tr.shareLabels(&c)
 	}
 	if len(tr.labels.m) > minStringTable {
 		t.Errorf("the table holds %d labels, past its limit %d", len(tr.labels.m), minStringTable)
 	}
 	if got := labelsOf("web-1"); got != one || *got != want {
 		t.Errorf("labels handed out became %+v when the table began again", *got)
+	}
+}
+
+// The pods of one service share the list of the services they name; a
+// pod that names other ports has its own, and the others' stay as they
+// were. A value whose hash meets another's is not shared with it.
+func TestShareServices(t *testing.T) {
+	pod := func(name string, pl *workloadapi.PortList) *workloadapi.Address {
+		return wlAddr(&workloadapi.Workload{Uid: name, Name: name, Namespace: "default",
+			Addresses: [][]byte{ip("10.1.0." + strings.TrimPrefix(name, "web-"))}, TunnelProtocol: workloadapi.TunnelProtocol_HBONE,
+			Services: map[string]*workloadapi.PortList{"default/web.default.svc.cluster.local": pl, "default/all.default.svc.cluster.local": ports(80, 8080)}})
+	}
+	tr := NewTracker(convNode)
+	tr.Apply(Delta{Addresses: map[string]*workloadapi.Address{
+		"web-1": pod("web-1", ports(80, 8080)), "web-2": pod("web-2", ports(80, 8080)), "web-3": pod("web-3", ports(80, 9090))}})
+	one, two, other := tr.wls["web-1"].services, tr.wls["web-2"].services, tr.wls["web-3"].services
+	if one != two || len(*one) != 2 || (*one)[0].key != "default/all.default.svc.cluster.local" {
+		t.Errorf("two pods of one service name %v at %p and %v at %p, want one list, sorted", *one, one, *two, two)
+	}
+	if other == one || (*other)[1].ports[80] != 9090 {
+		t.Errorf("a pod with a port of its own names %v at %p", *other, other)
+	}
+	tr.Apply(Delta{Addresses: map[string]*workloadapi.Address{"web-2": pod("web-2", ports(80, 7070))}})
+	if got := tr.wls["web-2"].services; got == one || (*got)[1].ports[80] != 7070 {
+		t.Errorf("the replaced pod names %v", *got)
+	}
+	if got := tr.wls["web-1"].services; got != one || (*got)[1].ports[80] != 8080 {
+		t.Errorf("the other pod's services became %v", *got)
+	}
+
+	var tab shareTable[string]
+	eq := func(a, b *string) bool { return *a == *b }
+	a, b, c := "a", "b", "a"
+	if got := tab.share(1, &a, eq); got != &a {
+		t.Error("the first value is not held")
+	}
+	if got := tab.share(1, &b, eq); got != &b || *tab.m[1] != "a" {
+		t.Errorf("a value whose hash meets another's came out as %q, the table holds %q", *got, *tab.m[1])
+	}
+	if got := tab.share(1, &c, eq); got != &a {
+		t.Error("an equal value is not shared")
 	}
 }

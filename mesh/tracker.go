@@ -65,10 +65,11 @@ type Tracker struct {
 	candidates map[string]*trackedWorkload        // workloads that could be this node's own
 	portMaps   map[string]map[uint16]uint16       // portsOf's, by their ports written out
 
-	self    *trackedWorkload
-	network string
-	strs    stringTable // what the workloads repeat, shared
-	labels  labelTable
+	self     *trackedWorkload
+	network  string
+	strs     stringTable                       // what the workloads repeat, shared
+	labels   shareTable[config.WorkloadLabels] // shareLabels's
+	services shareTable[[]memberOf]            // shareServices's
 
 	outS map[string]*config.Service // what Apply last emitted (a workload's: its out)
 
@@ -88,7 +89,7 @@ type Tracker struct {
 type trackedWorkload struct {
 	res      string
 	cfg      config.Workload
-	services []memberOf       // the services it names
+	services *[]memberOf      // the services it names, shared (shareServices); nil: none
 	out      *config.Workload // what emit last gave for it; nil: nothing
 	refs     *workloadRefs    // nil: none, as for most pods
 	kept     bool
@@ -119,6 +120,14 @@ func endsWithKey(res, namespace, name string) bool {
 	head, ok := strings.CutSuffix(res, name)
 	head, slash := strings.CutSuffix(head, "/")
 	return ok && slash && strings.HasSuffix(head, namespace)
+}
+
+// servicesNamed are the services w names, by key.
+func (w *trackedWorkload) servicesNamed() []memberOf {
+	if w.services == nil {
+		return nil
+	}
+	return *w.services
 }
 
 func (w *trackedWorkload) waypoint() *workloadapi.GatewayAddress {
@@ -462,7 +471,7 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 		return // hostname only: nothing to route to
 	}
 	t.strs.workload(&c, len(t.wls))
-	t.labels.workload(&c, len(t.wls))
+	t.shareLabels(&c)
 	w := &trackedWorkload{res: name, cfg: c}
 	own := endsWithKey(name, c.Namespace, c.Name)
 	if msg.GetWaypoint() != nil || msg.GetNetworkGateway() != nil || len(msg.GetAuthorizationPolicies()) > 0 || !own {
@@ -471,9 +480,14 @@ func (t *Tracker) addWorkload(name string, msg *workloadapi.Workload) {
 			w.refs.key = c.Namespace + "/" + c.Name
 		}
 	}
-	for svc, pl := range msg.GetServices() {
-		// The pods of a service all name it: one string for them all.
-		w.services = append(w.services, memberOf{t.strs.intern(svc), t.portsOf(pl)})
+	if len(msg.GetServices()) > 0 {
+		var services []memberOf
+		for svc, pl := range msg.GetServices() {
+			// The pods of a service all name it: one string for them all.
+			services = append(services, memberOf{t.strs.intern(svc), t.portsOf(pl)})
+		}
+		slices.SortFunc(services, func(a, b memberOf) int { return strings.Compare(a.key, b.key) })
+		w.services = t.shareServices(services)
 	}
 	if c.Namespace == t.node.Namespace && c.ServiceAccount == t.node.ServiceAccount &&
 		slices.ContainsFunc(c.Addresses, func(a netip.Addr) bool { return t.own[a] }) {
@@ -621,7 +635,7 @@ func (t *Tracker) unwatch(gw *workloadapi.GatewayAddress, user string) {
 // setMember adds or removes w, kept or no longer, from the services it
 // names.
 func (t *Tracker) setMember(w *trackedWorkload, in bool) {
-	for _, ms := range w.services {
+	for _, ms := range w.servicesNamed() {
 		key := ms.key
 		if in {
 			// A slice, not a set: a map per service cost as much again
@@ -806,7 +820,7 @@ func (t *Tracker) selfEntry() *config.Workload {
 
 // portsIn is w's ports in the service of key.
 func (w *trackedWorkload) portsIn(key string) map[uint16]uint16 {
-	for _, ms := range w.services {
+	for _, ms := range w.servicesNamed() {
 		if ms.key == key {
 			return ms.ports
 		}
