@@ -161,7 +161,7 @@ func (b *meshBuild) setWorkload(res string, w *config.Workload) {
 		if c := b.g.keys.workloadClash(w); c != "" {
 			b.g.setClashLocked("w"+res, c)
 		} else {
-			wr = newWorkloadRoute(w, b.cfg)
+			wr = newWorkloadRoute(w, meshName(res, w), b.cfg)
 		}
 	}
 	if hadOld {
@@ -197,6 +197,20 @@ func (b *meshBuild) setWorkload(res string, w *config.Workload) {
 	if w.Waypoint != nil {
 		b.turn(w.Waypoint.Name) // a waypoint's instances take turns too
 	}
+}
+
+// meshName is the namespace/name of w, the mesh's entry of resource res:
+// the end of res when res ends with it, as a pod's does
+// ("Kubernetes//Pod/<namespace>/<name>"), so that its route holds no
+// copy of its own (one allocation less for every pod), else a string of
+// its own.
+func meshName(res string, w *config.Workload) string {
+	head, ok := strings.CutSuffix(res, w.Name)
+	head, slash := strings.CutSuffix(head, "/")
+	if ok && slash && strings.HasSuffix(head, w.Namespace) {
+		return res[len(res)-len(w.Namespace)-1-len(w.Name):]
+	}
+	return w.Namespace + "/" + w.Name
 }
 
 // setService replaces the routes of resource res with s's (nil: none).

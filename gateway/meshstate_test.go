@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
@@ -298,5 +299,28 @@ func BenchmarkMeshPush(b *testing.B) {
 			}
 			b.ReportMetric(perAddress, "heap-B/address")
 		})
+	}
+}
+
+// A mesh workload's name in its route is the end of its resource name
+// when that ends with it (a pod's), else a string of its own.
+func TestMeshName(t *testing.T) {
+	w := &config.Workload{Name: "web-1", Namespace: "default"}
+	for _, c := range []struct {
+		res    string
+		shared bool
+	}{
+		{"Kubernetes//Pod/default/web-1", true},
+		{"default/web-1", true},
+		{"web-1-uid", false},
+		{"Kubernetes//Pod/other/web-1", false},
+		{"Kubernetes//Pod/default/xweb-1", false},
+		{"default/web-1#0", false},
+	} {
+		got := meshName(c.res, w)
+		shared := strings.HasSuffix(c.res, got) && unsafe.StringData(got) == unsafe.StringData(c.res[len(c.res)-len(got):])
+		if got != "default/web-1" || shared != c.shared {
+			t.Errorf("meshName(%q) = %q, sharing its bytes %v, want default/web-1, %v", c.res, got, shared, c.shared)
+		}
 	}
 }

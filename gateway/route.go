@@ -241,7 +241,8 @@ func NewRouter(cfg *config.Config) *Router {
 	}
 	byName := make(map[string]*workloadRoute, len(cfg.Workloads))
 	for i := range cfg.Workloads {
-		wr := newWorkloadRoute(&cfg.Workloads[i], cfg)
+		w := &cfg.Workloads[i]
+		wr := newWorkloadRoute(w, w.Namespace+"/"+w.Name, cfg)
 		for _, a := range wr.addresses() {
 			r.workloads[a] = wr
 		}
@@ -264,10 +265,10 @@ func NewRouter(cfg *config.Config) *Router {
 }
 
 // newWorkloadRoute compiles the route of w, an entry of cfg's or the
-// mesh's in cfg's network.
-func newWorkloadRoute(w *config.Workload, cfg *config.Config) *workloadRoute {
+// mesh's in cfg's network, whose namespace/name is name.
+func newWorkloadRoute(w *config.Workload, name string, cfg *config.Config) *workloadRoute {
 	wr := &workloadRoute{
-		name:     w.Namespace + "/" + w.Name,
+		name:     name,
 		direct:   strings.EqualFold(w.Protocol, "TCP"),
 		identity: w.ExpectedIdentity(cfg.Gateway.TrustDomain),
 		w:        w, // never changed once in force: shared, not copied
