@@ -171,8 +171,7 @@ type workloadRoute struct {
 	name     string // namespace/name
 	identity string
 	unmapped *[]netip.Addr    // w's addresses unmapped, where some are not (a file's)
-	named    *config.Waypoint // network's gateway as named (other only)
-	gateway  *config.Waypoint // named, when it has instances and w speaks HBONE
+	named    *config.Waypoint // network's gateway as named (other only); see gateway
 	w        *config.Workload
 	direct   bool // protocol TCP: dialled as it is, no HBONE
 	other    bool // w is in another network than ours (w.Network)
@@ -194,6 +193,17 @@ func (wr *workloadRoute) addresses() []netip.Addr {
 		return *wr.unmapped
 	}
 	return wr.w.Addresses // the mesh's are unmapped
+}
+
+// gateway is the network gateway w is reached through: named, when it
+// has instances and w speaks HBONE (a protocol TCP workload has nothing
+// to end the inner HBONE). Worked out, not held: a field more would take
+// the route, held for every workload, to the next size class.
+func (wr *workloadRoute) gateway() *config.Waypoint {
+	if gw := wr.named; gw != nil && len(gw.Endpoints) > 0 && !wr.direct {
+		return gw
+	}
+	return nil
 }
 
 // network is w's network when it is another than ours, else "".
@@ -281,10 +291,6 @@ func newWorkloadRoute(w *config.Workload, name string, cfg *config.Config) *work
 	case w.Source != config.SourceXDS && w.Network != "" && w.Network != cfg.Network:
 		wr.other, wr.named = true, fileGateway(cfg, w.Network)
 	}
-	// A protocol TCP workload has nothing to end the inner HBONE.
-	if gw := wr.named; gw != nil && len(gw.Endpoints) > 0 && !wr.direct {
-		wr.gateway = gw
-	}
 	if slices.ContainsFunc(w.Addresses, netip.Addr.Is4In6) {
 		var unmapped []netip.Addr
 		for _, a := range w.Addresses {
@@ -318,7 +324,7 @@ func newServiceRoute(s *config.Service, byName func(string) (*workloadRoute, boo
 			}
 			switch {
 			case t == 0: // neither the endpoint nor the service says where
-			case w.other && w.gateway == nil:
+			case w.other && w.gateway() == nil:
 				sr.remote[port] = w.network()
 			default:
 				sr.byPort[port] = append(sr.byPort[port], endpointRoute{w, t})
@@ -358,10 +364,10 @@ func (r *Router) Route(dst netip.AddrPort, pick Pick) Plan {
 	}
 	if ok {
 		plan.Via = "workload " + w.name
-		if w.other && w.gateway == nil {
+		if w.other && w.gateway() == nil {
 			return r.otherNetwork(plan, "workload "+w.name, w.network(), w.named, w.direct)
 		}
-		if w.w.Waypoint != nil && w.gateway == nil {
+		if w.w.Waypoint != nil && w.gateway() == nil {
 			return waypointRoute(plan, w.w.Waypoint, pick)
 		}
 		return w.route(plan, dst, pick)
@@ -416,7 +422,7 @@ func fileGateway(cfg *config.Config, network string) *config.Waypoint {
 // hostname and the port the client dialled, as ztunnel sends it, when
 // the flow is for a service with a hostname.
 func viaGateway(plan Plan, w *workloadRoute, pick Pick) Plan {
-	gw := w.gateway
+	gw := w.gateway()
 	n := len(gw.Endpoints)
 	i := choose(pick, "gateway "+gw.Name, n)
 	ep := gw.Endpoints[i]
@@ -532,7 +538,7 @@ func (w *workloadRoute) route(plan Plan, target netip.AddrPort, pick Pick) Plan 
 	plan.Kind = HBONE
 	plan.HBONEAddress = w.w.HBONEAddress
 	plan.Identities = []string{w.identity}
-	if w.gateway != nil {
+	if w.gateway() != nil {
 		return viaGateway(plan, w, pick)
 	}
 	return plan
