@@ -416,8 +416,11 @@ type Workload struct {
 
 // WorkloadLabels are what Istio's metrics label a mesh workload with: its
 // workload name (a Deployment's, where Workload.Name is a pod's), kind,
-// canonical service and revision, and cluster. "" is not known. Labels
-// may be shared among workloads: never changed once set.
+// canonical service and revision, and cluster. "" is not known; a
+// WorkloadName of "" is read as the workload's Name (a pod that is its
+// own workload has "", so that it shares its labels with its service's
+// other pods). Labels may be shared among workloads: never changed once
+// set.
 type WorkloadLabels struct {
 	WorkloadName      string
 	WorkloadKind      string

@@ -291,3 +291,16 @@ func closedPort(t *testing.T) netip.AddrPort {
 	ln.Close()
 	return a
 }
+
+// A mesh workload whose labels leave its workload name "" (a pod that is
+// its own workload, sharing its labels with its service's other pods) is
+// labelled by its own name, each pod by its own.
+func TestDescribeWorkloadOwnName(t *testing.T) {
+	shared := &config.WorkloadLabels{WorkloadKind: "pod", CanonicalService: "web", CanonicalRevision: "v1", Cluster: "c1"}
+	for _, name := range []string{"web-3", "web-4"} {
+		b := describeWorkload(&config.Workload{Name: name, Namespace: "default", Labels: shared})
+		if b.WorkloadName != name || b.Service != "web" || b.Revision != "v1" || b.Cluster != "c1" {
+			t.Errorf("%s is described as %+v, want its own name with the shared labels", name, b)
+		}
+	}
+}

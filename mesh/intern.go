@@ -95,10 +95,15 @@ func (t *shareTable[T]) share(h uint64, v *T, equal func(a, b *T) bool) *T {
 // same, and sets the table's limit from their number.
 func (t *Tracker) shareLabels(c *config.Workload) {
 	t.labels.limit = len(t.wls)
-	// A pod named after itself has labels of its own, which nothing
-	// shares: they stay out of the table.
-	if c.Labels == nil || c.Labels.WorkloadName == c.Name {
+	if c.Labels == nil {
 		return
+	}
+	// A pod not owned by a Deployment is its own workload, named after
+	// itself: its labels say so with "" (read as the workload's Name),
+	// and are then the same as its service's other pods'. c's labels are
+	// convertWorkload's, its own until shared.
+	if c.Labels.WorkloadName == c.Name {
+		c.Labels.WorkloadName = ""
 	}
 	c.Labels = t.labels.share(maphash.Comparable(shareSeed, *c.Labels), c.Labels,
 		func(a, b *config.WorkloadLabels) bool { return *a == *b })

@@ -1,7 +1,6 @@
 package mesh
 
 import (
-	"hash/maphash"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,17 +77,19 @@ func TestLabelTable(t *testing.T) {
 		return w.out.Labels
 	}
 	tr.Apply(Delta{Addresses: map[string]*workloadapi.Address{
-		"web-1": pod("web-1", "web", "v1"), "web-2": pod("web-2", "web", "v1"), "web-3": pod("web-3", "web-3", "v1")}})
-	one, two, own := labelsOf("web-1"), labelsOf("web-2"), labelsOf("web-3")
+		"web-1": pod("web-1", "web", "v1"), "web-2": pod("web-2", "web", "v1"),
+		"web-3": pod("web-3", "web-3", "v1"), "web-4": pod("web-4", "web-4", "v1")}})
+	one, two, own, own4 := labelsOf("web-1"), labelsOf("web-2"), labelsOf("web-3"), labelsOf("web-4")
 	want := config.WorkloadLabels{WorkloadName: "web", WorkloadKind: "deployment", CanonicalService: "web", CanonicalRevision: "v1", Cluster: "c1"}
 	if *one != want || one != two {
 		t.Errorf("two pods of one Deployment have labels %+v at %p and %+v at %p, want %+v once", *one, one, *two, two, want)
 	}
-	if own.WorkloadName != "web-3" || own == one {
-		t.Errorf("a pod named after itself has labels %+v", *own)
-	}
-	if _, held := tr.labels.m[maphash.Comparable(shareSeed, *own)]; held {
-		t.Error("a pod named after itself has its labels in the table")
+	// Pods named after themselves: "" (their Name), shared, apart from
+	// the Deployment's.
+	wantOwn := want
+	wantOwn.WorkloadName = ""
+	if *own != wantOwn || own != own4 || own == one {
+		t.Errorf("two pods named after themselves have labels %+v at %p and %+v at %p, want %+v once", *own, own, *own4, own4, wantOwn)
 	}
 
 	tr.Apply(Delta{Addresses: map[string]*workloadapi.Address{"web-2": pod("web-2", "web", "v2")}})
