@@ -20,13 +20,16 @@ var allowed = map[string]struct {
 	"identity": {nil, nil},
 	// pmap, the persistent map the routing state is made of, is a leaf.
 	"internal/pmap": {nil, nil},
-	"config":        {[]string{"identity"}, []string{"github.com/BurntSushi/toml"}},
-	"tun":           {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
-	"tun/tuntest":   {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
-	"netstack":      {[]string{"tun"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
-	"hbone":         {[]string{"identity"}, []string{"golang.org/x/net", "golang.org/x/time/rate", "github.com/hashicorp/go-hclog"}},
-	"hbone/devca":   {[]string{"hbone"}, nil},
-	"gateway":       {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh", "dnsproxy", "internal/pmap"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
+	// rawsock, raw system calls on non-blocking descriptors under the Go
+	// poller, is a leaf the data path shares.
+	"internal/rawsock": {nil, []string{"golang.org/x/sys"}},
+	"config":           {[]string{"identity"}, []string{"github.com/BurntSushi/toml"}},
+	"tun":              {nil, []string{"golang.org/x/sys", "github.com/songgao/water", "github.com/vishvananda/", "github.com/hashicorp/go-hclog"}},
+	"tun/tuntest":      {[]string{"tun"}, []string{"golang.org/x/sys", "github.com/vishvananda/"}},
+	"netstack":         {[]string{"tun", "internal/rawsock"}, []string{"gvisor.dev/gvisor", "golang.org/x/sys", "github.com/hashicorp/go-hclog"}},
+	"hbone":            {[]string{"identity", "internal/rawsock"}, []string{"golang.org/x/net", "golang.org/x/time/rate", "github.com/hashicorp/go-hclog"}},
+	"hbone/devca":      {[]string{"hbone"}, nil},
+	"gateway":          {[]string{"identity", "config", "tun", "netstack", "hbone", "hbone/certfile", "mesh", "dnsproxy", "internal/pmap", "internal/rawsock"}, []string{"github.com/hashicorp/go-hclog", "golang.org/x/sys", "github.com/prometheus/client_golang"}},
 	// mesh speaks Istio's protocols with Istio's own Go types; genproto's
 	// rpc status is the type of xDS's error_detail.
 	"mesh": {[]string{"config", "identity", "internal/pmap"}, []string{"google.golang.org/grpc", "google.golang.org/protobuf", "google.golang.org/genproto/googleapis/rpc",

@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshtun/meshtun/internal/rawsock"
 )
 
 // conn is one side of a proxied connection: a TCP connection (kernel or
@@ -349,19 +351,15 @@ func (t *tcpSink) TryWrite(p []byte) (int, error) {
 		werr error
 	)
 	err := t.rc.Write(func(fd uintptr) bool {
-		for {
-			m, err := unix.Write(int(fd), p)
-			switch err {
-			case unix.EINTR:
-				continue
-			case nil:
-				n = m
-			case unix.EAGAIN:
-			default:
-				werr = os.NewSyscallError("write", err)
-			}
-			return true
+		m, errno := rawsock.Write(fd, p)
+		switch errno {
+		case 0:
+			n = m
+		case unix.EAGAIN:
+		default:
+			werr = os.NewSyscallError("write", errno)
 		}
+		return true
 	})
 	if err == nil {
 		err = werr
@@ -411,25 +409,21 @@ func readTCPPooled(rc syscall.RawConn) (*[]byte, int, error) {
 		if bp == nil {
 			bp = getRelayBuf()
 		}
-		for {
-			m, err := unix.Read(int(fd), *bp)
-			switch err {
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				putRelayBuf(bp)
-				bp = nil
-				return false
-			case nil:
-				n = m
-				if m == 0 {
-					rerr = io.EOF
-				}
-			default:
-				rerr = os.NewSyscallError("read", err)
+		m, errno := rawsock.Read(fd, *bp)
+		switch errno {
+		case unix.EAGAIN:
+			putRelayBuf(bp)
+			bp = nil
+			return false
+		case 0:
+			n = m
+			if m == 0 {
+				rerr = io.EOF
 			}
-			return true
+		default:
+			rerr = os.NewSyscallError("read", errno)
 		}
+		return true
 	})
 	if err != nil {
 		if bp != nil {

@@ -3,6 +3,8 @@ package hbone
 import (
 	"net"
 	"sync"
+
+	"github.com/meshtun/meshtun/internal/rawsock"
 )
 
 // batchConn sits under crypto/tls on both sides (the pool's connections and
@@ -22,6 +24,10 @@ import (
 //
 // Syscalls cost ≈ 1.1 µs on these machines (docs/field-notes.md, "The machine"), ten times
 // bare metal, and loopback TCP does a whole send path per write.
+//
+// A kernel TCP connection under it reads and writes with raw system calls
+// (internal/rawsock): each Read here follows a wake-up from the poller,
+// and the ordinary call would wake the runtime's monitor thread too.
 type batchConn struct {
 	net.Conn
 
@@ -61,7 +67,7 @@ var batchBufs = sync.Pool{New: func() any {
 // 256 bytes of padding allowed by the RFC.
 const tlsRecordMax = 16<<10 + 1 + 16 + 5 + 256
 
-func newBatchConn(c net.Conn) *batchConn { return &batchConn{Conn: c} }
+func newBatchConn(c net.Conn) *batchConn { return &batchConn{Conn: rawsock.Wrap(c)} }
 
 // cork starts gathering writes; uncork writes what was gathered and
 // stops gathering.

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"testing"
+
+	"github.com/meshtun/meshtun/internal/rawsock"
 )
 
 // batchTestConn records the Writes and serves Reads from src in chunks of
@@ -117,5 +119,52 @@ func TestBatchConnRead(t *testing.T) {
 				t.Error("read buffer held after the data was drained")
 			}
 		})
+	}
+}
+
+// TestBatchConnRawOverTCP: over kernel TCP, batchConn reads and writes
+// with raw system calls (internal/rawsock), and a TLS-sized exchange
+// crosses it intact both ways.
+func TestBatchConnRawOverTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	d, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := <-accepted
+	if peer == nil {
+		t.Fatal("accept failed")
+	}
+	defer peer.Close()
+	bc := newBatchConn(d)
+	defer bc.Close()
+	if _, ok := bc.Conn.(*rawsock.Conn); !ok {
+		t.Fatalf("batchConn over %T holds %T, want *rawsock.Conn", d, bc.Conn)
+	}
+	want := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB
+	go func() {
+		bc.cork()
+		bc.Write(want)
+		bc.uncork()
+	}()
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(peer, got); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("peer read %v; the bytes differ: %v", err, !bytes.Equal(got, want))
+	}
+	if _, err := peer.Write(want[:300]); err != nil {
+		t.Fatal(err)
+	}
+	back := make([]byte, 300)
+	if _, err := io.ReadFull(bc, back); err != nil || !bytes.Equal(back, want[:300]) {
+		t.Fatalf("batchConn read %q, %v", back, err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/buffer"
@@ -18,6 +17,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 
+	"github.com/meshtun/meshtun/internal/rawsock"
 	"github.com/meshtun/meshtun/tun"
 )
 
@@ -214,25 +214,21 @@ func (l *vnetLink) readLoop(d stack.NetworkDispatcher) {
 				{Base: &hdr[0], Len: uint64(len(hdr))},
 				{Base: &buf[0], Len: uint64(len(buf))},
 			}
-			for {
-				r, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-				switch errno {
-				case 0:
-					n = int(r)
-				case unix.EINTR:
-					continue
-				case unix.EAGAIN:
-					// Nothing more for now: hand what GRO holds to the
-					// stack before parking.
-					if !l.stopping.Load() {
-						g.Flush()
-					}
-					return false
-				default:
-					rerr = errno
+			r, errno := rawsock.Readv(fd, iov[:])
+			switch errno {
+			case 0:
+				n = r
+			case unix.EAGAIN:
+				// Nothing more for now: hand what GRO holds to the
+				// stack before parking.
+				if !l.stopping.Load() {
+					g.Flush()
 				}
-				return true
+				return false
+			default:
+				rerr = errno
 			}
+			return true
 		})
 		if err == nil {
 			err = rerr
@@ -489,14 +485,10 @@ func (l *vnetLink) writev(hdr []byte, pkt *stack.PacketBuffer) tcpip.Error {
 			iov = append(iov, unix.Iovec{Base: &s[0], Len: uint64(len(s))})
 		}
 	}
-	for {
-		_, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(l.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		switch errno {
-		case 0:
-			return nil
-		case unix.EINTR:
-			continue
-		}
+	// Raw (internal/rawsock): the fd is non-blocking, a full queue is
+	// EAGAIN, never a wait.
+	if _, errno := rawsock.Writev(uintptr(l.fd), iov); errno != 0 {
 		return tcpip.TranslateErrno(errno)
 	}
+	return nil
 }
