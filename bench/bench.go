@@ -107,6 +107,11 @@ func (c Config) check() error {
 	return nil
 }
 
+// runs reports whether scenario name is among those c runs.
+func (c Config) runs(name string) bool {
+	return len(c.Scenarios) == 0 || slices.Contains(c.Scenarios, name)
+}
+
 // Sample is one measurement of one figure on one path.
 type Sample struct {
 	Value   float64 `json:"value"`

@@ -321,3 +321,19 @@ func runBench(t *testing.T, cfg Config, timeout time.Duration) (*Report, *bytes.
 	}
 	return rep, &out
 }
+
+// TestConfigRuns: every scenario runs when none is named, and only the
+// named ones otherwise (writeConfigs leaves out the -xnet configs, whose
+// keys an older build would refuse, unless cross-network runs).
+func TestConfigRuns(t *testing.T) {
+	all := Config{}
+	some := Config{Scenarios: []string{"short1", "rr"}}
+	for _, s := range ScenarioNames() {
+		if !all.runs(s) {
+			t.Errorf("no scenarios named: %s does not run", s)
+		}
+		if want := s == "short1" || s == "rr"; some.runs(s) != want {
+			t.Errorf("scenarios short1,rr: runs(%s) = %v", s, !want)
+		}
+	}
+}
