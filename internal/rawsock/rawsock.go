@@ -19,6 +19,12 @@
 // Only descriptors opened non-blocking (everything under the Go poller)
 // may be passed here: a raw call that blocks holds its P, and the
 // collector's stop-the-world waits for it.
+//
+// While the runtime's execution tracer runs (runtime/trace, the bench's
+// -trace), the calls are the ordinary ones instead: a raw call leaves no
+// event in the trace, and the round-trip account (bench/rtt.go) cuts a
+// round trip at these reads and writes. The tracer perturbs the timing
+// far more than the monitor's wake-ups do.
 package rawsock
 
 import (
@@ -26,11 +32,30 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/trace"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// call is one system call on a non-blocking descriptor, EINTR retried:
+// raw, or an ordinary one the tracer can see while it runs.
+func call(trap, fd uintptr, p unsafe.Pointer, n uintptr) (int, unix.Errno) {
+	for {
+		var r uintptr
+		var errno unix.Errno
+		if trace.IsEnabled() {
+			r, _, errno = unix.Syscall(trap, fd, uintptr(p), n)
+		} else {
+			r, _, errno = unix.RawSyscall(trap, fd, uintptr(p), n)
+		}
+		if errno == unix.EINTR {
+			continue
+		}
+		return int(r), errno
+	}
+}
 
 // Read is one read(2) of fd into p: n and 0, or the error number, EINTR
 // retried. EAGAIN comes back as it is, for the caller to park on.
@@ -38,13 +63,7 @@ func Read(fd uintptr, p []byte) (int, unix.Errno) {
 	if len(p) == 0 {
 		return 0, 0
 	}
-	for {
-		r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		if errno == unix.EINTR {
-			continue
-		}
-		return int(r), errno
-	}
+	return call(unix.SYS_READ, fd, unsafe.Pointer(&p[0]), uintptr(len(p)))
 }
 
 // Write is one write(2) of p to fd, as Read.
@@ -52,35 +71,17 @@ func Write(fd uintptr, p []byte) (int, unix.Errno) {
 	if len(p) == 0 {
 		return 0, 0
 	}
-	for {
-		r, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		if errno == unix.EINTR {
-			continue
-		}
-		return int(r), errno
-	}
+	return call(unix.SYS_WRITE, fd, unsafe.Pointer(&p[0]), uintptr(len(p)))
 }
 
 // Readv is one readv(2) of fd into iov, as Read.
 func Readv(fd uintptr, iov []unix.Iovec) (int, unix.Errno) {
-	for {
-		r, _, errno := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		if errno == unix.EINTR {
-			continue
-		}
-		return int(r), errno
-	}
+	return call(unix.SYS_READV, fd, unsafe.Pointer(&iov[0]), uintptr(len(iov)))
 }
 
 // Writev is one writev(2) of iov to fd, as Read.
 func Writev(fd uintptr, iov []unix.Iovec) (int, unix.Errno) {
-	for {
-		r, _, errno := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-		if errno == unix.EINTR {
-			continue
-		}
-		return int(r), errno
-	}
+	return call(unix.SYS_WRITEV, fd, unsafe.Pointer(&iov[0]), uintptr(len(iov)))
 }
 
 // Conn is a kernel TCP connection whose Read and Write are the raw calls
