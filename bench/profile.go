@@ -64,13 +64,15 @@ func (p *path) profileGateways(ctx context.Context) (wait func() error) {
 // snapshotGateways writes the heap and goroutine profiles of both gateways
 // of p to cfg.Profile as <scenario>-<n>-<node>-{heap,goroutine}.pprof, and
 // the Go runtime's memory statistics as ...-memstats.txt: what holds the
-// memory of the idle scenario's flows.
+// memory of the idle scenario's flows. The heap profile is taken after a
+// collection, so two builds' profiles compare live bytes, not the luck of
+// where each one's last cycle fell.
 func (p *path) snapshotGateways(ctx context.Context) error {
 	e := p.e
 	e.profileSeq++
 	for _, n := range []*topo.Node{p.tp.A, p.tp.B} {
 		for _, kind := range []struct{ what, file string }{
-			{"heap", "heap.pprof"},
+			{"heap?gc=1", "heap.pprof"}, // collected first: what is live, not when the last cycle ran
 			{"goroutine", "goroutine.pprof"},
 			{"heap?debug=1", "memstats.txt"}, // ends with runtime.MemStats: stacks, heap in use, idle, released
 		} {
