@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/meshtun/meshtun/internal/tcptest"
 )
 
 func TestFlowTableIdle(t *testing.T) {
@@ -100,8 +102,8 @@ func TestFlowTableWatchSwapDeny(t *testing.T) {
 	cur := old
 	current := func() *snapshot { return cur }
 
-	app, stream := tcpPair(t)
-	target, peer := tcpPair(t)
+	app, stream := tcptest.Pair(t)
+	target, peer := tcptest.Pair(t)
 	before := ft.begin(inbound)
 	ft.begin(outbound) // never watched
 	if got := ft.watch(before, AuthzConn{}, stream, target, current); got != old {

@@ -19,6 +19,7 @@ import (
 	"github.com/meshtun/meshtun/config"
 	"github.com/meshtun/meshtun/hbone"
 	"github.com/meshtun/meshtun/hbone/devca"
+	"github.com/meshtun/meshtun/internal/tcptest"
 )
 
 // fakeRequest is a captured connection without a TUN: Accept hands the
@@ -37,7 +38,7 @@ type fakeRequest struct {
 var _ flowRequest = (*fakeRequest)(nil)
 
 func newFakeRequest(t *testing.T, dst netip.AddrPort) *fakeRequest {
-	app, side := tcpPair(t)
+	app, side := tcptest.Pair(t)
 	return &fakeRequest{src: netip.MustParseAddrPort("10.0.0.7:41000"), dst: dst, app: app, side: side}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/meshtun/meshtun/internal/tcptest"
 )
 
 // halfCloseTarget accepts one connection at a time: it reads the request
@@ -70,7 +72,7 @@ func TestRelayOverHBONE(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		app, a := tcpPair(t)
+		app, a := tcptest.Pair(t)
 		var up, down liveCount
 		done := make(chan relayResult, 1)
 		startRelay(a, stream, relayCounters{aToB: &up, bToA: &down}, func(r relayResult) { done <- r })
@@ -123,7 +125,7 @@ func TestRelayOverHBONEReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, a := tcpPair(t)
+	app, a := tcptest.Pair(t)
 	done := make(chan relayResult, 1)
 	startRelay(a, stream, relayCounters{}, func(r relayResult) { done <- r })
 	if _, err := app.Write([]byte("hello")); err != nil {
@@ -157,7 +159,7 @@ func TestRelayOverHBONEPingPong(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app, a := tcpPair(t)
+	app, a := tcptest.Pair(t)
 	var up, down liveCount
 	done := make(chan relayResult, 1)
 	startRelay(a, stream, relayCounters{aToB: &up, bToA: &down}, func(r relayResult) { done <- r })

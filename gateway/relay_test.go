@@ -12,41 +12,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// tcpPair returns the two ends of a real loopback TCP connection.
-func tcpPair(t *testing.T) (client, server *net.TCPConn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { c, err := ln.Accept(); ch <- res{c, err} }()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := <-ch
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	t.Cleanup(func() { c.Close(); r.c.Close() })
-	return c.(*net.TCPConn), r.c.(*net.TCPConn)
-}
+	"github.com/meshtun/meshtun/internal/tcptest"
+)
 
 // relayed builds app ⇄ [relay] ⇄ target over real sockets and runs the
 // relay in the background; the result arrives on the returned channel.
 // With plain, the relay sees its two sockets as bare conns that cannot wait
 // for readiness (as HBONE streams are), so the small-buffer path runs.
 func relayed(t *testing.T, plain bool) (app, target *net.TCPConn, done <-chan relayResult) {
-	app, a := tcpPair(t)
-	b, target := tcpPair(t)
+	app, a := tcptest.Pair(t)
+	b, target := tcptest.Pair(t)
 	ch := make(chan relayResult, 1)
 	if plain {
 		go func() { ch <- relay(plainConn{a}, plainConn{b}) }()
@@ -246,8 +222,8 @@ func TestStartRelayTwoGoroutinesLiveCounts(t *testing.T) {
 	for i := range fs {
 		f := &flow{done: make(chan relayResult, 2)}
 		var a, b *net.TCPConn
-		f.app, a = tcpPair(t)
-		b, f.target = tcpPair(t)
+		f.app, a = tcptest.Pair(t)
+		b, f.target = tcptest.Pair(t)
 		startRelay(a, b, relayCounters{aToB: &f.up, bToA: &f.down}, func(r relayResult) { f.done <- r })
 		got := make([]byte, len(msg))
 		for _, d := range []struct{ from, to *net.TCPConn }{{f.app, f.target}, {f.target, f.app}} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/meshtun/meshtun/internal/rawsock"
+	"github.com/meshtun/meshtun/internal/tcptest"
 )
 
 // batchTestConn records the Writes and serves Reads from src in chunks of
@@ -126,25 +127,7 @@ func TestBatchConnRead(t *testing.T) {
 // with raw system calls (internal/rawsock), and a TLS-sized exchange
 // crosses it intact both ways.
 func TestBatchConnRawOverTCP(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	d, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
-	defer peer.Close()
+	d, peer := tcptest.Pair(t)
 	bc := newBatchConn(d)
 	defer bc.Close()
 	if _, ok := bc.Conn.(*rawsock.Conn); !ok {

@@ -8,36 +8,21 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/meshtun/meshtun/internal/tcptest"
 )
 
 // pair returns both ends of a loopback TCP connection, the dialled one
 // wrapped.
 func pair(t *testing.T) (*Conn, *net.TCPConn) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		accepted <- c
-	}()
-	d, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
+	d, peer := tcptest.Pair(t)
 	c, ok := Wrap(d).(*Conn)
 	if !ok {
 		t.Fatalf("Wrap(%T) = %T, want *Conn", d, Wrap(d))
 	}
-	t.Cleanup(func() { c.Close(); peer.Close() })
-	return c, peer.(*net.TCPConn)
+	t.Cleanup(func() { c.Close() })
+	return c, peer
 }
 
 func TestWrapLeavesOthers(t *testing.T) {
